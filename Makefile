@@ -1,0 +1,65 @@
+# nemolaunch: set-up, tests and the embedded CPU default.
+#   make bench   set up, serve the tiny model on the vLLM CPU engine, run the sweep
+#   make test    set up, lint, type-check, run the test suite (with the real engine)
+
+PYTHON     ?= python3
+VENV       ?= .venv
+BIN        := $(VENV)/bin
+ENGINE_LOCK := lockfiles/cpu.txt
+# The engine venv lives outside the checkout, keyed by the lock's hash: clones on one machine share it,
+# and a changed lock gets a fresh one.
+ENGINE_DIR ?= $(HOME)/.cache/nemolaunch/engine-$(shell sha256sum $(ENGINE_LOCK) | cut -c1-12)
+ENGINE_PY  := $(ENGINE_DIR)/bin/python
+MODEL_DIR  ?= build/tiny-llama
+PROFILE    ?= cpu
+MODEL      ?= $(MODEL_DIR)
+
+export NEMOLAUNCH_TEST_ENGINE := $(ENGINE_PY)
+export NEMOLAUNCH_TEST_MODEL := $(MODEL_DIR)
+
+.PHONY: venv engine model test lint type pytest bench lock clean
+
+venv: $(BIN)/nemolaunch
+$(BIN)/nemolaunch: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# The vLLM CPU engine, installed from the hashed lock (no resolver at install time).
+engine: $(ENGINE_DIR)/.complete
+$(ENGINE_DIR)/.complete: $(ENGINE_LOCK)
+	rm -rf $(ENGINE_DIR)
+	$(PYTHON) -m venv $(ENGINE_DIR)
+	$(ENGINE_DIR)/bin/pip install -q --require-hashes --no-deps -r $(ENGINE_LOCK)
+	$(ENGINE_PY) -I -c 'import vllm, torch, transformers; print("engine: vllm", vllm.__version__, "torch", torch.__version__)'
+	touch $@
+
+model: $(MODEL_DIR)/config.json
+$(MODEL_DIR)/config.json: | venv engine
+	$(BIN)/nemolaunch model tiny $(MODEL_DIR) --python $(ENGINE_PY)
+
+lint: venv
+	$(BIN)/ruff check launcher checks tests
+
+type: venv
+	$(BIN)/mypy
+
+pytest: venv engine model
+	$(BIN)/pytest -q
+
+test: lint type pytest
+
+bench: venv engine model
+	$(BIN)/nemolaunch serve --profile $(PROFILE) --model $(MODEL) --python $(ENGINE_PY) --smoke
+
+# Regenerate the generated locks from their inputs with a real resolver (uv), hashes included. torch's CPU
+# wheel comes from pip's configured find-links when there is one.
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+  --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec
+lock: venv
+	links=$$($(BIN)/pip config get global.find-links 2>/dev/null); \
+	$(BIN)/uv pip compile -q $(LOCK_FLAGS) $${links:+--find-links $$links} --custom-compile-command "make lock" \
+	  -o lockfiles/cpu.txt lockfiles/cpu.in
+
+clean:
+	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,259 @@
+"""The command line: parse, call one stage function, render, exit with the code the stage decided.
+
+Stage modules are imported inside each command so that `nemolaunch --help` stays fast and never pulls in
+anything heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from launcher import __version__
+from launcher.errors import EXIT_CODES_HELP, ExitCode, NemolaunchError
+
+_verbose = False
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine output on stdout (schema-versioned JSON).")
+PYTHON_OPTION = click.option(
+    "--python",
+    "python",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The engine's interpreter (the venv where vLLM is installed). Default: $NEMOLAUNCH_PYTHON, "
+    "then the profile's `python`, then this interpreter.",
+)
+
+
+def _not_implemented(command: str) -> NoReturn:
+    raise NotImplementedYet(f"`nemolaunch {command}` is not implemented yet")
+
+
+class NotImplementedYet(NemolaunchError):
+    code = ExitCode.USAGE
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES_HELP,
+)
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and child-process output.")
+@click.version_option(__version__, prog_name="nemolaunch")
+def cli(verbose: bool) -> None:
+    """Doctor, probe, profile, serve and benchmark vLLM on new NVIDIA GPUs.
+
+    \b
+    The flow: doctor -> probe -> profile -> serve -> bench -> compare.
+    Without a GPU, nemolaunch serves the embedded default: the vLLM CPU engine and a tiny
+    random-weight model it builds offline (`make bench`).
+    """
+    global _verbose
+    _verbose = verbose
+
+
+@cli.command()
+@JSON_OPTION
+def doctor(as_json: bool) -> int:
+    """Check driver, CUDA, torch, vLLM, FlashInfer and the GPU; give each problem its fix."""
+    _not_implemented("doctor")
+
+
+@cli.command()
+@JSON_OPTION
+def probe(as_json: bool) -> int:
+    """Run every kernel of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed."""
+    _not_implemented("probe")
+
+
+@cli.group()
+def profile() -> None:
+    """List, show and write serving profiles (intent, rendered per vLLM version)."""
+
+
+@profile.command("list")
+@JSON_OPTION
+def profile_list(as_json: bool) -> int:
+    """List the shipped profiles."""
+    from launcher.output import json_document, table
+    from launcher.profiles import list_profiles
+
+    profiles = list_profiles()
+    if as_json:
+        click.echo(json_document("profile", {"profiles": [p.to_dict() for p in profiles]}))
+    else:
+        click.echo(table(["name", "description"], [(p.name, p.description) for p in profiles]))
+    return ExitCode.OK
+
+
+@profile.command("show")
+@click.argument("name")
+@click.option("--vllm-version", help="Also show the flags rendered for this vLLM version.")
+@JSON_OPTION
+def profile_show(name: str, vllm_version: str | None, as_json: bool) -> int:
+    """Show a profile (NAME or a path): each setting, its evidence, and optionally its rendering."""
+    from launcher.output import json_document, table
+    from launcher.profiles import SETTINGS, load_profile
+    from launcher.render import render
+
+    prof = load_profile(name)
+    rendered = render(prof, vllm_version) if vllm_version else None
+    if as_json:
+        doc = prof.to_dict()
+        if rendered:
+            doc["rendered"] = {
+                "vllm_version": vllm_version,
+                "args": rendered.args,
+                "env": rendered.env,
+                "notes": rendered.notes,
+            }
+        click.echo(json_document("profile", doc))
+        return ExitCode.OK
+    click.echo(f"{prof.name}: {prof.description}\n({prof.path})\n")
+    rows = [(k, json.dumps(v), prof.why.get(k, "")) for k, v in prof.settings.items()]
+    rows += [(f"env {k}", v, "") for k, v in prof.env.items()]
+    click.echo(table(["setting", "value", "why"], rows))
+    unset = [k for k in SETTINGS if k not in prof.settings]
+    click.echo(f"\nleft at vLLM's default: {', '.join(unset)}")
+    if rendered:
+        click.echo(f"\nfor vLLM {vllm_version}: {' '.join(rendered.args)}")
+        for k, v in rendered.env.items():
+            click.echo(f"  {k}={v}")
+        for note in rendered.notes:
+            click.echo(f"  note: {note}")
+    return ExitCode.OK
+
+
+@cli.command()
+@click.option("--profile", "profile_ref", required=True, help="A shipped profile name (cpu, sm90, sm120) or a path.")
+@click.option("--model", required=True, help="The model folder (config.json and weights).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--dry-run", is_flag=True, help="Print the exact command and environment, launch nothing.")
+@click.option("--vllm-version", help="Render for another host's vLLM (implies --dry-run; nothing is verified).")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where vLLM's log goes (default: nemolaunch-logs/serve-<time>.log).",
+)
+@click.option("--quiet", is_flag=True, help="Do not echo vLLM's log to the terminal.")
+@click.option("--smoke", is_flag=True, help="Once serving, send one streamed completion, then stop.")
+@PYTHON_OPTION
+@JSON_OPTION
+def serve(
+    profile_ref: str,
+    model: str,
+    host: str,
+    port: int,
+    dry_run: bool,
+    vllm_version: str | None,
+    log_file: Path | None,
+    quiet: bool,
+    smoke: bool,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Launch vLLM with a profile's flags for the installed version, and watch its log."""
+    import time
+
+    from launcher import serve as stage
+    from launcher.output import json_document
+
+    plan = stage.make_plan(profile_ref, model, python, host, port, vllm_version)
+    for warning in stage.warnings(plan):
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    if dry_run or vllm_version:
+        if as_json:
+            click.echo(json_document("serve", plan.to_json()))
+        else:
+            click.echo(plan.shell())
+        return ExitCode.OK
+    click.echo(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}", err=True)
+    log_path = log_file or Path("nemolaunch-logs") / time.strftime("serve-%Y%m%d-%H%M%S.log")
+    echo_log = None if quiet else (lambda line: click.echo(line, err=True))
+    return stage.run(plan, model, log_path, say=lambda m: click.echo(m, err=True), echo_log=echo_log, smoke=smoke)
+
+
+@cli.command()
+def bench() -> int:
+    """Run the throughput sweep (concurrency 1..64) against an OpenAI-compatible server."""
+    _not_implemented("bench")
+
+
+@cli.command()
+def compare() -> int:
+    """Compare bench runs side by side across the concurrency curve."""
+    _not_implemented("compare")
+
+
+@cli.command()
+@click.argument("logfile", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@JSON_OPTION
+def diagnose(logfile: str, as_json: bool) -> int:
+    """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix."""
+    _not_implemented("diagnose")
+
+
+@cli.group()
+def lock() -> None:
+    """Verify, capture and bundle lockfiles of whole serving stacks."""
+
+
+@lock.command("verify")
+@click.argument("lockfile", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def lock_verify(lockfile: Path) -> int:
+    """Check the installed stack against LOCKFILE."""
+    _not_implemented("lock verify")
+
+
+@cli.group()
+def model() -> None:
+    """Build models for testing and the embedded default."""
+
+
+@model.command("tiny")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@PYTHON_OPTION
+def model_tiny(out_dir: Path, python: Path | None) -> int:
+    """Build a tiny random-weight Llama with a real BPE tokenizer in OUT_DIR, offline.
+
+    Runs in the engine's interpreter (it needs torch, transformers and tokenizers).
+    """
+    from launcher import tinymodel
+    from launcher.engine import resolve_python
+
+    interpreter = resolve_python(python)
+    click.echo(f"building the tiny model with {interpreter.path} ({interpreter.source})", err=True)
+    summary = tinymodel.build(interpreter.path, out_dir)
+    click.echo(summary)
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The one error boundary: expected errors are one line on stderr; tracebacks only with -v."""
+    try:
+        rv = cli.main(args=argv, prog_name="nemolaunch", standalone_mode=False)
+        return int(rv or 0)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except NemolaunchError as e:
+        if _verbose:
+            traceback.print_exc()
+        click.echo(f"nemolaunch: {e.line()}", err=True)
+        return e.code
+    except Exception as e:  # a bug: say so in one line, the traceback with -v
+        if _verbose:
+            traceback.print_exc()
+        click.echo(f"nemolaunch: internal error: {type(e).__name__}: {e} (rerun with -v for the traceback)", err=True)
+        return ExitCode.PROBLEM
+
+
+if __name__ == "__main__":
+    sys.exit(main())

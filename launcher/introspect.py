@@ -1,0 +1,55 @@
+"""Read what the engine's vLLM accepts (version, flags, env vars), in a child process, cached per install."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from checks import child
+from checks.proc import run_python
+from launcher.engine import Interpreter
+from launcher.errors import NemolaunchError, NotReady
+from launcher.output import atomic_write_text
+from launcher.render import EngineSurface
+
+SURFACE_SCRIPT = Path(child.__file__).resolve().parent / "vllm_surface.py"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "nemolaunch" / "surface"
+
+
+def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> EngineSurface:
+    """The installed vLLM's version, parser options and env registry. Building the parser imports vLLM
+    (seconds), so the answer is cached, keyed by the interpreter and the vLLM install's envs.py stamp."""
+    quick = run_python(interpreter.path, SURFACE_SCRIPT, timeout=30)
+    info = _parse(quick.stdout, quick.stderr, interpreter)
+    envs_py = Path(str(info["package_dir"])) / "envs.py"
+    stamp = f"{interpreter.path}|{info['version']}|{envs_py.stat().st_mtime_ns}"
+    cache = _cache_dir() / (hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".json")
+    if cache.is_file():
+        full = json.loads(cache.read_text())
+    else:
+        result = run_python(interpreter.path, SURFACE_SCRIPT, ["--options"], timeout=timeout_s)
+        if result.timed_out:
+            raise NemolaunchError(f"reading vLLM's argument parser took over {timeout_s:.0f} s")
+        full = _parse(result.stdout, result.stderr, interpreter)
+        atomic_write_text(cache, json.dumps(full))
+    return EngineSurface(str(full["version"]), frozenset(full["options"]), frozenset(full["env_vars"]))
+
+
+def _parse(stdout: str, stderr: str, interpreter: Interpreter) -> dict[str, object]:
+    try:
+        info: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise NemolaunchError(f"cannot inspect vLLM in {interpreter.describe()}: {last}") from None
+    if info.get("error") or not info.get("version"):
+        raise NotReady(
+            f"vLLM is not installed in {interpreter.describe()}",
+            "name the engine's interpreter with --python (make engine builds the CPU one)",
+        )
+    return info

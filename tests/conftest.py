@@ -1,0 +1,46 @@
+"""Shared fixtures. The real vLLM CPU engine and the tiny model come from `make engine model`, which
+exports NEMOLAUNCH_TEST_ENGINE (its interpreter) and NEMOLAUNCH_TEST_MODEL (the model folder)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _engine_paths() -> tuple[Path, Path] | None:
+    engine, model = os.environ.get("NEMOLAUNCH_TEST_ENGINE"), os.environ.get("NEMOLAUNCH_TEST_MODEL")
+    if engine and model and Path(engine).is_file() and Path(model, "config.json").is_file():
+        return Path(engine), Path(model)
+    return None
+
+
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    paths = _engine_paths()
+    if paths is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the real-engine tests: run through `make test`")
+        pytest.skip("no engine: run through `make test` (it builds the vLLM CPU engine and the tiny model)")
+    return paths[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(engine_python: Path) -> Path:
+    paths = _engine_paths()
+    assert paths is not None
+    return paths[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    yield free_port()
