@@ -25,9 +25,10 @@ $(BIN)/nemolaunch: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# The vLLM CPU engine, installed from the hashed lock (no resolver at install time).
+# The vLLM CPU engine, installed from the hashed lock (no resolver at install time). The folder is named by
+# the lock's hash, so only its existence matters (order-only), not the lock's timestamp.
 engine: $(ENGINE_DIR)/.complete
-$(ENGINE_DIR)/.complete: $(ENGINE_LOCK)
+$(ENGINE_DIR)/.complete: | $(ENGINE_LOCK)
 	rm -rf $(ENGINE_DIR)
 	$(PYTHON) -m venv $(ENGINE_DIR)
 	$(ENGINE_DIR)/bin/pip install -q --require-hashes --no-deps -r $(ENGINE_LOCK)

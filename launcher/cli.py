@@ -191,10 +191,34 @@ def compare() -> int:
 
 @cli.command()
 @click.argument("logfile", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--gpu", help="The GPU the log came from (SM120, sm_121, 'RTX 5090', 'GB10', ...): some findings depend on it."
+)
 @JSON_OPTION
-def diagnose(logfile: str, as_json: bool) -> int:
-    """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix."""
-    _not_implemented("diagnose")
+def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
+    """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix.
+
+    Exit 1 when an error-level finding exists, 0 otherwise.
+    """
+    from checks.gpu_family import family_from_text
+    from launcher import diagnose as stage
+    from launcher.errors import BadInput
+    from launcher.output import json_document
+
+    family = family_from_text(gpu) if gpu else None
+    if gpu and not family:
+        raise BadInput(f"--gpu {gpu!r} names no GPU family I know", "write it like SM120, sm_121, 12.0 or GB10")
+    findings, lines = stage.diagnose_file(logfile, sys.stdin.buffer, family)
+    if as_json:
+        click.echo(
+            json_document(
+                "diagnose",
+                {"log": logfile, "lines": lines, "gpu_family": family, "findings": [f.to_json() for f in findings]},
+            )
+        )
+    else:
+        click.echo(stage.render_text(findings, lines, "stdin" if logfile == "-" else logfile))
+    return stage.exit_code(findings)
 
 
 @cli.group()

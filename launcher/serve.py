@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.diagnose import Matcher, load_rules
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.profiles import ServingProfile, load_profile
@@ -173,6 +174,29 @@ def smoke_completion(url: str, model: str, max_tokens: int = 16) -> tuple[int, f
     return tokens, time.monotonic() - start
 
 
+class LogWatch:
+    """Runs the diagnose knowledge base over the live log and reports findings as they first appear."""
+
+    def __init__(self, say: Say, echo_log: Say | None, gpu_family: str | None) -> None:
+        self.matcher = Matcher(load_rules(), gpu_family)
+        self.say, self.echo_log = say, echo_log
+
+    def line(self, number: int, text: str) -> None:
+        if self.echo_log:
+            self.echo_log(text)
+        for finding in self.matcher.feed(text.encode() + b"\n"):
+            if finding.severity != "info" and not finding.rule.generic:  # catch-alls wait for the root cause
+                avoid = f" (profile: {finding.rule.avoid})" if finding.rule.avoid else ""
+                self.say(
+                    f"nemolaunch: [{finding.severity}] {finding.rule.title} (log line {number}); "
+                    f"fix: {finding.fix()}{avoid}"
+                )
+
+    def root_cause(self) -> str | None:
+        errors = [f for f in self.matcher.report() if f.severity == "error"]
+        return f"{errors[0].rule.title}; fix: {errors[0].fix()}" if errors else None
+
+
 def run(
     plan: ServePlan,
     model: str,
@@ -181,19 +205,30 @@ def run(
     echo_log: Say | None,
     smoke: bool = False,
     ready_timeout_s: float = 900.0,
+    gpu_family: str | None = None,
 ) -> int:
-    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death; always stop the group."""
+    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death; always stop the group.
+    The log is diagnosed live; when vLLM dies, the reason given is the root error the knowledge base found."""
     check_can_launch(plan, model)
     env = {**os.environ, **plan.rendered.env}
     stop = threading.Event()
+    watch = LogWatch(say, echo_log, gpu_family)
+
+    def drain() -> None:
+        stop.set()
+        watcher.join(timeout=5)
+
     with _sigterm_as_interrupt():
         server = Server.start(plan.argv, env, plan.url, log_path)
-        watcher = threading.Thread(
-            target=_follow, args=(log_path, stop, lambda n, text: echo_log(text) if echo_log else None), daemon=True
-        )
+        watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line), daemon=True)
         watcher.start()
         try:
-            models = server.wait_ready(ready_timeout_s)
+            try:
+                models = server.wait_ready(ready_timeout_s)
+            except NemolaunchError as e:
+                drain()
+                cause = watch.root_cause()
+                raise NemolaunchError(f"{e.message}; diagnosis: {cause}" if cause else e.message, e.fix) from None
             startup = time.monotonic() - server.started_at
             say(
                 f"serving {plan.url} (model {models[0]}) after {startup:.0f} s, profile {plan.profile.name}, "
@@ -205,12 +240,12 @@ def run(
                 return ExitCode.OK
             while server.alive():
                 time.sleep(0.5)
-            tail = " | ".join(last_lines(log_path, 3))
+            drain()
+            reason = watch.root_cause() or " | ".join(last_lines(log_path, 3))
             raise NemolaunchError(
-                f"vLLM exited with code {server.proc.returncode}: {tail}", f"the whole log is in {log_path}"
+                f"vLLM exited with code {server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
             )
         finally:
             code = server.stop()
-            stop.set()
-            watcher.join(timeout=5)
+            drain()
             say(f"stopped vLLM (exit {code}); log kept in {log_path}")

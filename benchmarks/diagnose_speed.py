@@ -1,0 +1,51 @@
+"""How fast `nemolaunch diagnose` reads a large log. Prints seconds and MB/s; not a test.
+
+    python benchmarks/diagnose_speed.py [SIZE_MB]
+
+The log is built from the real corpus excerpts (tests/fixtures/corpus) between many ordinary vLLM
+INFO lines, so most blocks hold no finding and a few hold many.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NORMAL = (
+    "(APIServer pid=3137) INFO 11-30 04:34:03 [loggers.py:123] Engine 000: Avg prompt throughput: 512.0 tokens/s, "
+    "Avg generation throughput: 886.1 tokens/s, Running: 32 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.2%\n"
+    "INFO:     127.0.0.1:50416 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
+)
+
+
+def build(path: Path, size_mb: int) -> None:
+    corpus = [json.loads(x)["log"] + "\n" for x in (ROOT / "tests/fixtures/corpus/sm12x-serving-logs.jsonl").open()]
+    filler = NORMAL * 2000
+    with path.open("w") as f:
+        i = 0
+        while f.tell() < size_mb << 20:
+            f.write(filler)
+            f.write(corpus[i % len(corpus)])
+            i += 1
+
+
+def main() -> None:
+    size_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "big.log"
+        build(log, size_mb)
+        mb = log.stat().st_size / 2**20
+        start = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "launcher", "diagnose", str(log), "--json"], capture_output=True,
+                           text=True, cwd=ROOT)
+        seconds = time.perf_counter() - start
+        doc = json.loads(r.stdout)
+        print(f"diagnose: {mb:.0f} MB, {doc['lines']:,} lines, {len(doc['findings'])} findings, exit {r.returncode}: "
+              f"{seconds:.1f} s ({mb / seconds:.0f} MB/s)")
+
+
+if __name__ == "__main__":
+    main()

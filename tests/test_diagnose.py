@@ -1,0 +1,125 @@
+"""The knowledge base against real users' logs (tests/fixtures/corpus), and the diagnose command's contract."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from checks.gpu_family import family_from_text
+from launcher.cli import main
+from launcher.diagnose import Matcher, diagnose_blocks, load_rules, read_blocks
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "sm12x-serving-logs.jsonl"
+ENTRIES = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+
+# For each real failure: the key of its workaround (env var, flag or package) that the fix must name.
+WORKAROUND_KEY = {
+    "torch-no-sm120-01": "torch.cuda.get_arch_list",
+    "triton-ptxas-sm121a-01": "TRITON_PTXAS_PATH",
+    "fp8-bmm-cublaslt-gb10-01": "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel",
+    "cudagraph-capture-oom-01": "--gpu-memory-utilization",
+    "flashinfer-jit-cuda-toolkit-lt-12.9-01": "CUDA_HOME",
+    "attn-flashinfer-sinks-unsupported-gptoss-01": "--attention-backend TRITON_ATTN",
+    "deepgemm-sm120-unknown-recipe-01": "VLLM_USE_DEEP_GEMM=0",
+    "gb10-fp8-cutlass-missing-sm121-cubins-01": "TORCH_CUDA_ARCH_LIST=12.1",
+    "nvfp4-moe-no-backend-activation-gb10-01": "--moe-backend",
+    "gb10-nvfp4-flashinfer-cutlass-fallback-perf-01": "--moe-backend marlin",
+    "hybrid-mamba-max-num-seqs-exceeds-cache-01": "--max-num-seqs 600",
+    "nvfp4-moe-cutlass-no-sm120-v0102-01": "--moe-backend marlin",
+    "vllm-build-undefined-symbol-sm100-moe-rtx5080-01": "TORCH_CUDA_ARCH_LIST",
+    "fp8-flashinfer-bmm-cudagraph-ima-01": "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel",
+    "kv-cache-too-small-for-max-model-len-rtx5090-01": "--max-model-len",
+    "sglang-trtllm-attention-sm100-only-on-sm120-01": "--attention-backend",
+}
+
+
+def diagnose_text(text: str, gpu: str | None = None) -> list[dict[str, object]]:
+    findings, _ = diagnose_blocks([text.encode()], family_from_text(gpu) if gpu else None)
+    return [f.to_json() for f in findings]
+
+
+def test_every_corpus_failure_is_covered() -> None:
+    failures = {e["id"] for e in ENTRIES if not e["benign"]}
+    assert failures == set(WORKAROUND_KEY)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if not e["benign"]], ids=lambda e: e["id"])
+def test_failure_gets_an_error_naming_the_workaround(entry: dict[str, str]) -> None:
+    findings = diagnose_text(entry["log"], entry["gpu"])
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert errors, findings
+    assert any(WORKAROUND_KEY[entry["id"]] in str(f["fix"]) for f in errors), [f["fix"] for f in errors]
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["benign"]], ids=lambda e: e["id"])
+def test_benign_lines_stay_benign(entry: dict[str, str]) -> None:
+    assert not [f for f in diagnose_text(entry["log"], entry["gpu"]) if f["severity"] == "error"]
+
+
+def test_autotuner_noise_depends_on_the_gpu() -> None:
+    line = "flashinfer.jit: [Autotuner]: Skipping tactic 15, due to failure while profiling: Error Internal\n"
+    assert diagnose_text(line * 50, "RTX PRO 6000 Blackwell")[0]["severity"] == "info"
+    assert diagnose_text(line * 50, "GB10")[0]["severity"] == "error"
+
+
+def test_the_root_error_hides_the_generic_one() -> None:
+    log = (
+        "ERROR [core.py:843] EngineCore failed to start.\n"
+        "ERROR [core.py:843] RuntimeError: bmm_fp8_internal_cublaslt failed: the library was not initialized\n"
+    )
+    assert [f["id"] for f in diagnose_text(log)] == ["flashinfer-fp8-gemm"]
+    assert [f["id"] for f in diagnose_text(log.splitlines()[0])] == ["engine-core-died"]
+
+
+def test_prefixes_colour_and_line_numbers() -> None:
+    log = (
+        "vllm-1  | INFO starting\n"
+        "vllm-1  | \x1b[31m(EngineCore pid=97) ERROR max_num_seqs (1024) exceeds available Mamba cache blocks "
+        "(600).\x1b[0m\n"
+    )
+    (finding,) = diagnose_text(log)
+    assert finding["evidence"] == [
+        {"line": 2, "text": "ERROR max_num_seqs (1024) exceeds available Mamba cache blocks (600)."}
+    ]
+    assert "--max-num-seqs 600" in str(finding["fix"])
+
+
+def test_line_numbers_across_blocks() -> None:
+    blocks = read_blocks(
+        io.BytesIO(b"ok\n" * 10 + b"RuntimeError: CUDA error: an illegal memory access was encountered\n"), "log"
+    )
+    matcher = Matcher(load_rules())
+    for block in blocks:
+        matcher.feed(block)
+    assert matcher.report()[0].evidence[0][0] == 11
+
+
+def test_every_rule_has_what_a_finding_needs() -> None:
+    rules = load_rules()
+    assert len({r.id for r in rules}) == len(rules)
+    for rule in rules:
+        assert rule.patterns and rule.cause and rule.fix and rule.source, rule.id
+
+
+def test_cli_json_contract_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.log"
+    bad.write_text("RuntimeError: CUDA error: no kernel image is available for execution on the device\n")
+    assert main(["diagnose", str(bad), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "nemolaunch.diagnose/1"
+    (finding,) = doc["findings"]
+    assert set(finding) >= {"id", "severity", "title", "cause", "fix", "evidence"}
+    assert finding["evidence"] == [{"line": 1, "text": bad.read_text().strip()}]
+    good = tmp_path / "good.log"
+    good.write_text("INFO Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN'].\n")
+    assert main(["diagnose", str(good)]) == 0
+
+
+def test_binary_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blob = tmp_path / "model.safetensors"
+    blob.write_bytes(b"\x00\x01binary" * 100)
+    assert main(["diagnose", str(blob)]) == 2
+    assert "is a binary file" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+"""serve's launch loop with a stand-in process that fails the way vLLM does: the live log is diagnosed and
+the one-line reason names the root error, the log is kept, nothing is left running."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.engine import Interpreter
+from launcher.errors import NemolaunchError
+from launcher.profiles import load_profile
+from launcher.render import Rendered
+from launcher.serve import ServePlan, run
+from tests.conftest import free_port
+
+DYING_ENGINE = """
+import sys, time
+print("INFO 03-11 19:02:11 [gpu_worker.py:359] Available KV cache memory: 61.2 GiB", flush=True)
+time.sleep(0.5)
+print("(EngineCore_DP0 pid=97) ERROR [core.py:843] EngineCore failed to start.", flush=True)
+print("(EngineCore_DP0 pid=97) ERROR [core.py:843] RuntimeError: bmm_fp8_internal_cublaslt failed: "
+      "the library was not initialized", flush=True)
+sys.exit(1)
+"""
+
+
+def plan_for(code: str, port: int) -> ServePlan:
+    return ServePlan(
+        profile=load_profile("cpu"),
+        interpreter=Interpreter(Path(sys.executable), "test"),
+        rendered=Rendered("0.32.0"),
+        argv=[sys.executable, "-c", code],
+        host="127.0.0.1",
+        port=port,
+        verified=False,
+    )
+
+
+def test_dying_engine_is_diagnosed_live_and_the_log_kept(tmp_path: Path) -> None:
+    said: list[str] = []
+    log = tmp_path / "vllm.log"
+    with pytest.raises(NemolaunchError) as e:
+        run(plan_for(DYING_ENGINE, free_port()), str(tmp_path), log, said.append, None, ready_timeout_s=30)
+    assert "exited with code 1" in e.value.message
+    assert "FlashInfer's FP8 GEMM" in e.value.message
+    assert "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel" in e.value.message
+    live = [m for m in said if m.startswith("nemolaunch: [error]")]
+    assert live and "log line 3" in live[0] and 'disabled_kernels = ["FlashInferFP8ScaledMMLinearKernel"]' in live[0]
+    assert "bmm_fp8_internal_cublaslt" in log.read_text()
+
+
+def test_missing_model_path_is_bad_input(tmp_path: Path) -> None:
+    from launcher.errors import BadInput
+
+    with pytest.raises(BadInput, match="does not exist"):
+        run(plan_for("pass", free_port()), str(tmp_path / "no-model"), tmp_path / "l.log", print, None)
