@@ -40,7 +40,8 @@ $(MODEL_DIR)/config.json: | venv engine
 	$(BIN)/nemolaunch model tiny $(MODEL_DIR) --python $(ENGINE_PY)
 
 lint: venv
-	$(BIN)/ruff check launcher checks tests
+	$(BIN)/ruff check launcher checks tests benchmarks
+	$(BIN)/ruff format --check launcher checks tests benchmarks
 
 type: venv
 	$(BIN)/mypy

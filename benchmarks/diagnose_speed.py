@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NORMAL = (
     "(APIServer pid=3137) INFO 11-30 04:34:03 [loggers.py:123] Engine 000: Avg prompt throughput: 512.0 tokens/s, "
     "Avg generation throughput: 886.1 tokens/s, Running: 32 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.2%\n"
-    "INFO:     127.0.0.1:50416 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
+    'INFO:     127.0.0.1:50416 - "POST /v1/completions HTTP/1.1" 200 OK\n'
 )
 
 
@@ -39,12 +39,15 @@ def main() -> None:
         build(log, size_mb)
         mb = log.stat().st_size / 2**20
         start = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "launcher", "diagnose", str(log), "--json"], capture_output=True,
-                           text=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "launcher", "diagnose", str(log), "--json"], capture_output=True, text=True, cwd=ROOT
+        )
         seconds = time.perf_counter() - start
         doc = json.loads(r.stdout)
-        print(f"diagnose: {mb:.0f} MB, {doc['lines']:,} lines, {len(doc['findings'])} findings, exit {r.returncode}: "
-              f"{seconds:.1f} s ({mb / seconds:.0f} MB/s)")
+        print(
+            f"diagnose: {mb:.0f} MB, {doc['lines']:,} lines, {len(doc['findings'])} findings, exit {r.returncode}: "
+            f"{seconds:.1f} s ({mb / seconds:.0f} MB/s)"
+        )
 
 
 if __name__ == "__main__":

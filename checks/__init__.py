@@ -1,1 +1,48 @@
-"""Environment checks: one small module per check, run in the order of the registry below."""
+"""Environment checks: one small module per check, each judging the facts gathered by checks.facts.
+
+REGISTRY is the order doctor runs and prints them in. A check returns CheckResults; it never prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from checks import cuda, driver, envvars, gpu, host, import_probes, lockfile, memory, python_stack
+from checks.facts import Facts
+from checks.result import CheckResult
+
+Check = Callable[[Facts], list[CheckResult]]
+
+REGISTRY: dict[str, tuple[str, Check]] = {
+    "driver": ("NVIDIA driver through NVML (or the kernel module, or nvidia-smi)", driver.check),
+    "gpu": ("GPUs: family, memory, persistence, ECC, MIG, CUDA_VISIBLE_DEVICES", gpu.check),
+    "cuda": ("driver CUDA >= torch CUDA, torch arch list, FlashInfer JIT nvcc", cuda.check),
+    "stack": ("Python packages: vLLM, its pins, FlashInfer consistency", python_stack.check),
+    "imports": ("import torch / vllm / torchvision in child processes", import_probes.check),
+    "env": ("VLLM_* / FLASHINFER_* variables the installed stack does not read", envvars.check),
+    "memory": ("weights vs GPU memory and graph-capture headroom (--model)", memory.check),
+    "lock": ("installed versions vs a lock (--lock)", lockfile.check),
+    "host": ("OS, CPU, memory, free disk", host.check),
+}
+
+
+def run_checks(facts: Facts, only: list[str] | None = None) -> list[CheckResult]:
+    """Every registered check in order; a check that raises is reported as crash and the rest still run."""
+    results: list[CheckResult] = []
+    for check_id, (_, check) in REGISTRY.items():
+        if only and check_id not in only:
+            continue
+        try:
+            results += check(facts)
+        except Exception as e:  # a bug in one check must not hide the others
+            results.append(
+                CheckResult(
+                    check_id,
+                    check_id,
+                    "crash",
+                    f"the check raised {type(e).__name__}: {e}",
+                    "",
+                    "report this to nemolaunch with nemolaunch -v doctor",
+                )
+            )
+    return results

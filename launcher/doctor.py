@@ -1,0 +1,76 @@
+"""`nemolaunch doctor`: gather facts about the host and the engine's Python, judge them, give each problem its fix."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks import REGISTRY, run_checks
+from checks.facts import Facts, gather
+from checks.lockfile import read_pins
+from checks.result import STATUSES, CheckResult
+from launcher.engine import Interpreter, resolve_python
+from launcher.errors import BadInput, ExitCode
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    interpreter: Interpreter
+    facts: Facts
+    results: list[CheckResult]
+    seconds: float
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.status for r in self.results)
+        return {s: c.get(s, 0) for s in STATUSES}
+
+    def verdict(self) -> str:
+        c = self.counts()
+        if c["fail"] or c["crash"]:
+            return f"{c['fail'] + c['crash']} problem(s) to fix before serving"
+        if not self.facts["nvml"].get("ok"):
+            return "no NVIDIA GPU here: this host can serve the CPU engine only (profile cpu)"
+        return "ready to serve" + (f", with {c['warn']} warning(s)" if c["warn"] else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.facts["host"],
+            "python": {"path": str(self.interpreter.path), "source": self.interpreter.source},
+            "checks": [r.to_json() for r in self.results],
+            "summary": {**self.counts(), "verdict": self.verdict(), "seconds": round(self.seconds, 2)},
+            "facts": self.facts,
+        }
+
+
+def known_checks() -> list[tuple[str, str]]:
+    return [(check_id, doc) for check_id, (doc, _) in REGISTRY.items()]
+
+
+def run(
+    python: Path | None, model: Path | None, lock: Path | None, only: list[str] | None, use_cache: bool = True
+) -> DoctorReport:
+    unknown = [c for c in only or [] if c not in REGISTRY]
+    if unknown:
+        raise BadInput(f"unknown check {', '.join(unknown)}", f"pick from {', '.join(REGISTRY)} (--list-checks)")
+    if model is not None and not model.is_dir():
+        raise BadInput(f"model folder {model} does not exist", "give the folder with config.json and weights")
+    interpreter = resolve_python(python)
+    start = time.monotonic()
+    facts = gather(interpreter.path, os.environ, model, use_cache)
+    if lock is not None:
+        try:
+            facts["lock"] = {"path": str(lock), "pins": read_pins(lock)}
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"cannot read lock {lock}: {e}") from None
+    return DoctorReport(interpreter, facts, run_checks(facts, only), time.monotonic() - start)
+
+
+def exit_code(report: DoctorReport, strict: bool) -> int:
+    c = report.counts()
+    if c["fail"] or c["crash"] or (strict and c["warn"]):
+        return ExitCode.PROBLEM
+    return ExitCode.OK
