@@ -82,8 +82,9 @@ def run_python(
     timeout: float = 30.0,
     env: Mapping[str, str] | None = None,
 ) -> ChildResult:
-    """Run one of the project's child scripts under another interpreter (isolated from its user site)."""
-    return run_child([str(python), "-I", str(script), *args], timeout=timeout, env=env)
+    """Run one of the project's child scripts under another interpreter, with the environment vLLM would
+    see when launched (so PYTHONPATH and friends count)."""
+    return run_child([str(python), str(script), *args], timeout=timeout, env=env)
 
 
 def spawn_group(argv: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:

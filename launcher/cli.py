@@ -117,9 +117,66 @@ def doctor(
 
 @cli.command()
 @JSON_OPTION
-def probe(as_json: bool) -> int:
-    """Run every kernel of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed."""
-    _not_implemented("probe")
+@click.option(
+    "--model",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Time the GEMM shapes of this model's config.json instead of a Llama-8B-like layer.",
+)
+@click.option(
+    "--only", help="Only these chains (comma-separated: fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention)."
+)
+@click.option("--timeout", "timeout_s", default=180.0, show_default=True, help="Seconds per kernel probe.")
+@PYTHON_OPTION
+def probe(as_json: bool, model: Path | None, only: str | None, timeout_s: float, python: Path | None) -> int:
+    """Run every kernel of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed.
+
+    Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
+    reference. Without an NVIDIA GPU it lists the chains and exits 3.
+    """
+    from launcher import probe as stage
+    from launcher.errors import NotReady
+    from launcher.output import json_document, table
+
+    chains = [c.strip() for c in only.split(",") if c.strip()] if only else None
+    report = stage.run(python, model, timeout_s, chains, progress=lambda m: click.echo(f"probing {m}", err=True))
+    if as_json:
+        click.echo(json_document("probe", report.to_json()))
+    else:
+        gpu = report.gpu
+        where = f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})" if gpu else "no GPU"
+        click.echo(f"{where}; vLLM {report.vllm_version or 'not installed'} in {report.interpreter.describe()}")
+        for chain in dict.fromkeys(k.chain for k in report.kernels):
+            members = [k for k in report.kernels if k.chain == chain]
+            picks = sorted({(s["m"], s["n"], s["k"]) for k in members for s in k.shapes})
+            picks = [p for p in picks if p[1:] == picks[0][1:]][:6] if picks else []
+            rows = []
+            for k in members:
+                times = {(s["m"], s["n"], s["k"]): s for s in k.shapes}
+                cells = [
+                    f"{times[p]['us']:.1f} x{times[p]['relative'] or 0:.2f}" if p in times else None for p in picks
+                ]
+                declared = {True: "yes", False: "no", None: "?"}[k.declared]
+                rows.append(
+                    [
+                        "-" if k.position is None else k.position + 1,
+                        k.kernel,
+                        declared,
+                        k.status,
+                        *cells,
+                        (k.error or "")[:70],
+                    ]
+                )
+            shape_heads = [f"M={p[0]} us" for p in picks]
+            click.echo(f"\n{chain} ({report.sources[chain]})" + (f", N={picks[0][1]} K={picks[0][2]}" if picks else ""))
+            click.echo(table(["#", "kernel", "declared", "status", *shape_heads, "error"], rows))
+            if gpu:
+                click.echo(f"recommended: {report.recommended.get(chain) or 'none measured'}")
+    if report.gpu is None:
+        raise NotReady(
+            "probes need an NVIDIA GPU (the chains above were read, nothing was run)",
+            "run nemolaunch probe on the GPU host",
+        )
+    return ExitCode.OK
 
 
 @cli.group()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On a GPU host, from the repository root: record doctor and probe there, as fixtures for the tests.
+#   bash benchmarks/gpu_capture.sh LABEL OUTDIR
+# Needs python3 with torch (CUDA), click, nvidia-ml-py, psutil and packaging; vLLM/FlashInfer are optional
+# (PYTHONPATH may point at them). Prints a summary last.
+set -u
+label=$1 out=$2
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode --format=csv,noheader
+python3 -m launcher doctor --json --python python3 > "$out/doctor-$label.json"
+echo "doctor exit $?"
+start=$(date +%s)
+python3 -m launcher probe --json --python python3 > "$out/probe-$label.json" 2> "$out/probe-$label.log"
+echo "probe exit $? in $(( $(date +%s) - start )) s"
+python3 - "$out/doctor-$label.json" "$out/probe-$label.json" <<'PY'
+import json, sys
+doctor, probe = (json.load(open(p)) for p in sys.argv[1:3])
+for c in doctor["checks"]:
+    print(f"{c['status']:5} {c['id']}: {c['observed'][:150]}")
+print(doctor["summary"])
+print("probe:", probe["vllm_version"], probe["chain_sources"], "recommended", probe["recommended"])
+for k in probe["kernels"]:
+    if k["status"] == "not-probed":
+        continue
+    t = {(s["m"], s["n"], s["k"]): (round(s["us"], 1), s.get("relative"), s.get("rel_err")) for s in k["shapes"]}
+    print(f"{k['chain']:11} {k['kernel'][:40]:40} {str(k['declared']):5} {k['status']:11} {k['seconds']:5}s "
+          f"{(k['error'] or '')[:90]}")
+    for key in sorted(t)[:6]:
+        print("   ", key, t[key])
+PY
