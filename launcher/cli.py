@@ -170,7 +170,9 @@ def probe(as_json: bool, model: Path | None, only: str | None, timeout_s: float,
             click.echo(f"\n{chain} ({report.sources[chain]})" + (f", N={picks[0][1]} K={picks[0][2]}" if picks else ""))
             click.echo(table(["#", "kernel", "declared", "status", *shape_heads, "error"], rows))
             if gpu:
-                click.echo(f"recommended: {report.recommended.get(chain) or 'none measured'}")
+                pick, top = report.recommended.get(chain), report.fastest.get(chain)
+                extra = f" (fastest measured: {top}, which vLLM declares unsupported here)" if top != pick else ""
+                click.echo(f"recommended: {pick or 'none measured'}{extra}")
     if report.gpu is None:
         raise NotReady(
             "probes need an NVIDIA GPU (the chains above were read, nothing was run)",

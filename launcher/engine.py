@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ def resolve_python(explicit: Path | None = None, from_profile: str | None = None
     for value, source in candidates:
         if value:
             path = Path(os.path.expanduser(str(value)))
+            if len(path.parts) == 1:  # a bare name such as python3: look it up on PATH
+                path = Path(shutil.which(str(path)) or path)
             if not (path.is_file() and os.access(path, os.X_OK)):
                 raise BadInput(
                     f"engine interpreter {path} (from {source}) does not exist or is not executable",

@@ -55,6 +55,7 @@ class ProbeReport:
     sources: dict[str, str]
     kernels: list[KernelResult]
     recommended: dict[str, str | None]
+    fastest: dict[str, str | None]
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
@@ -124,9 +125,19 @@ def run_kernel(
     return {**result, "noise": noise, "seconds": r.elapsed_s}
 
 
-def rank(kernels: list[KernelResult]) -> dict[str, str | None]:
-    """Per chain: fill each shape's speed relative to the fastest usable kernel; pick the recommendation."""
+def geomean_relative(k: KernelResult) -> float:
+    return math.exp(sum(math.log(s["relative"]) for s in k.shapes) / len(k.shapes))
+
+
+def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """Per chain: each shape's time relative to the fastest usable kernel there; then (recommended, fastest).
+
+    fastest: lowest geometric-mean relative time among kernels that ran every shape correctly.
+    recommended: the same among those vLLM can be steered to (in its chain, not declared unsupported here),
+    since a kernel vLLM refuses on this GPU cannot be chosen with a profile, however fast it measured.
+    """
     recommended: dict[str, str | None] = {}
+    fastest: dict[str, str | None] = {}
     for chain in dict.fromkeys(k.chain for k in kernels):
         members = [k for k in kernels if k.chain == chain]
         usable = [k for k in members if k.usable()]
@@ -137,15 +148,13 @@ def rank(kernels: list[KernelResult]) -> dict[str, str | None]:
                 best[key] = min(best.get(key, math.inf), s["us"])
         for k in members:
             for s in k.shapes:
-                fastest = best.get((s["m"], s["n"], s["k"]))
-                s["relative"] = round(s["us"] / fastest, 3) if fastest else None
-        scored = [
-            (math.exp(sum(math.log(s["relative"]) for s in k.shapes) / len(k.shapes)), k.kernel)
-            for k in usable
-            if k.position is not None and all(s.get("relative") for s in k.shapes)
-        ]
-        recommended[chain] = min(scored)[1] if scored else None
-    return recommended
+                fastest_here = best.get((s["m"], s["n"], s["k"]))
+                s["relative"] = round(s["us"] / fastest_here, 3) if fastest_here else None
+        scored = sorted((geomean_relative(k), k.kernel, k) for k in usable if k.position is not None)
+        fastest[chain] = scored[0][1] if scored else None
+        selectable = [name for _, name, k in scored if k.declared is not False]
+        recommended[chain] = selectable[0] if selectable else None
+    return recommended, fastest
 
 
 def run(
@@ -171,7 +180,7 @@ def run(
         for position, name, declared, reason in entries:
             kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
     if gpu is None:
-        return ProbeReport(None, interpreter, vllm_version, sources, kernels, {}, time.monotonic() - start)
+        return ProbeReport(None, interpreter, vllm_version, sources, kernels, {}, {}, time.monotonic() - start)
     nk = model_shapes(model) if model else list(DEFAULT_NK)
     listed = run_python(interpreter.path, CHILD / "kernel_probe.py", ["--list"], timeout=120)
     try:
@@ -194,5 +203,5 @@ def run(
         result = run_kernel(interpreter.path, {"chain": k.chain, "kernel": k.kernel, "shapes": shapes}, timeout_s)
         k.status, k.error = result["status"], result.get("error")
         k.shapes, k.noise_lines, k.seconds = result.get("shapes", []), result["noise"], round(result["seconds"], 1)
-    recommended = rank(kernels)
-    return ProbeReport(gpu, interpreter, vllm_version, sources, kernels, recommended, time.monotonic() - start)
+    recommended, fastest = rank(kernels)
+    return ProbeReport(gpu, interpreter, vllm_version, sources, kernels, recommended, fastest, time.monotonic() - start)

@@ -123,3 +123,10 @@ def test_binary_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixt
     blob.write_bytes(b"\x00\x01binary" * 100)
     assert main(["diagnose", str(blob)]) == 2
     assert "is a binary file" in capsys.readouterr().err
+
+
+def test_a_healthy_real_startup_has_no_error() -> None:
+    """vLLM 0.26 serving on the H200 through nemolaunch serve (tests/fixtures/logs, 2026-11-30)."""
+    log = Path(__file__).parent / "fixtures" / "logs" / "h200-vllm026-serve-sm90-2026-11-30.log"
+    findings = diagnose_text(log.read_text(), "H200")
+    assert findings and all(f["severity"] == "info" for f in findings)

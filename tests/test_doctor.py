@@ -123,14 +123,15 @@ def test_real_captures_judge_the_same(capture: Path) -> None:
 
 
 def test_h200_capture_reports_driver_cuda_and_family() -> None:
-    captures = sorted(FIXTURES.glob("h200-*.json"))
-    if not captures:
-        pytest.skip("no H200 capture yet")
-    doc = json.loads(captures[-1].read_text())
+    doc = json.loads((FIXTURES / "h200-vllm026-2026-11-30.json").read_text())
     checks = by_id(doc)
     assert checks["driver"]["observed"].startswith("driver 580.") and "CUDA 13.0" in checks["driver"]["observed"]
     assert "SM90" in checks["gpu.0"]["observed"]
-    assert doc["summary"]["fail"] == 0
+    gpu_layers = {k: c["status"] for k, c in checks.items() if k.split(".")[0] in ("driver", "gpu", "cuda", "import")}
+    assert set(gpu_layers.values()) == {"pass"}, gpu_layers
+    # the one failure there is real: vLLM 0.26 was installed offline with --no-deps, so some pins are unmet
+    assert [k for k, c in checks.items() if c["status"] == "fail"] == ["stack.vllm-pins"]
+    assert "setuptools" in checks["stack.vllm-pins"]["observed"]
 
 
 def test_unknown_check_and_missing_model_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,6 +82,7 @@ def nvfp4_torch(m, n, k):
         raise Unsupported(f"torch {torch.__version__} has no float4_e2m1fn_x2")
     a = torch.randint(0, 255, (m, k // 2), device="cuda", dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
     b = torch.randint(0, 255, (n, k // 2), device="cuda", dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
     def blocks(rows: int) -> int:  # one e4m3 scale per 16 values, in cuBLAS's swizzled 128x4 tiles
         return -(-rows // 128) * 128 * (-(-(k // 16) // 4) * 4)
 
