@@ -51,8 +51,22 @@ pytest: venv engine model
 
 test: lint type pytest
 
-bench: venv engine model
-	$(BIN)/nemolaunch serve --profile $(PROFILE) --model $(MODEL) --python $(ENGINE_PY) --smoke
+# The main job: serve MODEL with PROFILE, sweep concurrency, write the results and report, stop the server.
+# On a GPU host: make bench PROFILE=sm120 MODEL=/models/x ENGINE=/path/to/vllm-venv/bin/python
+CONCURRENCY ?= 1,2,4,8
+INPUT_LEN   ?= 128
+OUTPUT_LEN  ?= 64
+BENCH_OUT   ?= build/bench/$(PROFILE)-$(shell date +%Y%m%d-%H%M%S)
+ifeq ($(PROFILE),cpu)
+BENCH_DEPS  := venv engine model
+ENGINE      ?= $(ENGINE_PY)
+else
+BENCH_DEPS  := venv
+endif
+
+bench: $(BENCH_DEPS)
+	$(BIN)/nemolaunch bench --profile $(PROFILE) --model $(MODEL) $(if $(ENGINE),--python $(ENGINE)) \
+	  --concurrency $(CONCURRENCY) --input-len $(INPUT_LEN) --output-len $(OUTPUT_LEN) --out $(BENCH_OUT)
 
 # Regenerate the generated locks from their inputs with a real resolver (uv), hashes included. torch's CPU
 # wheel comes from pip's configured find-links when there is one.

@@ -10,7 +10,7 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -289,16 +289,151 @@ def serve(
     return stage.run(plan, model, log_path, say=lambda m: click.echo(m, err=True), echo_log=echo_log, smoke=smoke)
 
 
-@cli.command()
-def bench() -> int:
-    """Run the throughput sweep (concurrency 1..64) against an OpenAI-compatible server."""
-    _not_implemented("bench")
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise click.BadParameter("give positive integers, e.g. 1,2,4,8")
+    return values
 
 
 @cli.command()
-def compare() -> int:
-    """Compare bench runs side by side across the concurrency curve."""
-    _not_implemented("compare")
+@click.option("--url", help="An OpenAI-compatible server already running (e.g. http://127.0.0.1:8000).")
+@click.option("--profile", "profile_ref", help="Or: start vLLM with this profile (with --model), sweep, stop it.")
+@click.option("--model", help="With --profile: the model folder. With --url: the served model name (default: first).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--concurrency", default="1,2,4,8,16,32,64", show_default=True, help="Levels, comma-separated.")
+@click.option("--input-len", default=512, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=256, show_default=True, type=click.IntRange(2))
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level [default: 4 x concurrency, >= 8].")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=1), help="Seconds per level instead.")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--label", help="Name of this run in reports [default: the profile, or 'run'].")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Result folder [default: bench-results/<label>-<time>].",
+)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--request-timeout", default=600.0, show_default=True, help="Seconds per request.")
+@PYTHON_OPTION
+@JSON_OPTION
+def bench(
+    url: str | None,
+    profile_ref: str | None,
+    model: str | None,
+    port: int,
+    concurrency: str,
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None,
+    duration_s: float | None,
+    warmup: int,
+    repeats: int,
+    endpoint: str,
+    label: str | None,
+    out: Path | None,
+    seed: int,
+    request_timeout: float,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Run the throughput sweep (concurrency 1..64) against an OpenAI-compatible server.
+
+    Writes OUT/summary.json (schema nemolaunch.bench/1), summary.csv, requests.jsonl (every request, written
+    as it finishes), report.md and plots. Ctrl-C keeps everything measured so far. Exit 1 if requests failed.
+    """
+    import time
+
+    from launcher import bench as stage
+    from launcher import compare as report
+    from launcher.errors import BadInput
+    from launcher.output import json_document, table
+
+    if bool(url) == bool(profile_ref):
+        raise BadInput("give either --url (a running server) or --profile with --model (nemolaunch starts one)")
+    if profile_ref and not model:
+        raise BadInput("--profile needs --model (the model folder to serve)")
+    if num_prompts and duration_s:
+        raise BadInput("give --num-prompts or --duration, not both")
+    label = label or (Path(profile_ref).stem if profile_ref else "run")
+    out = out or Path("bench-results") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (out / "summary.json").exists():
+        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
+    say = lambda message: click.echo(message, err=True)  # noqa: E731
+    cfg_args = dict(
+        concurrency=_int_list(concurrency),
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        duration_s=duration_s,
+        warmup=warmup,
+        repeats=repeats,
+        label=label,
+        endpoint=endpoint,
+        seed=seed,
+        request_timeout_s=request_timeout,
+    )
+    if url:
+        cfg = stage.BenchConfig(url=url.rstrip("/"), model=model, **cfg_args)  # type: ignore[arg-type]
+        outcome = stage.run(cfg, out, None, say)
+    else:
+        from launcher import serve
+
+        assert profile_ref and model
+        plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
+        for warning in serve.warnings(plan):
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        served: dict[str, Any] = {
+            "profile": plan.profile.name,
+            "settings": plan.profile.settings,
+            "argv": plan.argv,
+            "env": plan.rendered.env,
+            "vllm_version": plan.rendered.vllm_version,
+        }
+        log_path = out / "server.log"
+        out.mkdir(parents=True, exist_ok=True)
+        with serve.launched(plan, model, log_path, say, echo_log=None) as running:
+            cfg = stage.BenchConfig(url=plan.url, model=running.models[0], **cfg_args)  # type: ignore[arg-type]
+            served["startup_s"] = round(running.startup_s, 1)
+            outcome = stage.run(cfg, out, served, say)
+    levels = outcome.summary.get("levels", [])
+    if levels:
+        report.write_report([{**outcome.summary, "_folder": str(out)}], out, [])
+    if as_json:
+        click.echo(json_document("bench", {k: v for k, v in outcome.summary.items() if k != "schema"}))
+    else:
+        click.echo(table(stage.TABLE_HEADERS, stage.table_rows(levels)))
+        for warning in outcome.summary.get("warnings", []):
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        click.echo(f"results: {out}/summary.json, summary.csv, requests.jsonl, report.md", err=True)
+    if outcome.code != ExitCode.OK:
+        click.echo(f"nemolaunch: {outcome.message}", err=True)
+    return outcome.code
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-report"),
+    show_default=True,
+    help="Where report.md and the plots go.",
+)
+@click.option("--force", is_flag=True, help="Compare runs even if their workloads differ.")
+def compare(runs: tuple[Path, ...], out: Path, force: bool) -> int:
+    """Compare bench runs side by side across the concurrency curve (ratios to the first run)."""
+    from launcher import compare as stage
+
+    text, report = stage.compare(list(runs), out, force)
+    click.echo(text)
+    click.echo(f"report: {report}", err=True)
+    return ExitCode.OK
 
 
 @cli.command()

@@ -197,18 +197,27 @@ class LogWatch:
         return f"{errors[0].rule.title}; fix: {errors[0].fix()}" if errors else None
 
 
-def run(
+@dataclass
+class Running:
+    server: Server
+    watch: LogWatch
+    models: list[str]
+    startup_s: float
+
+
+@contextmanager
+def launched(
     plan: ServePlan,
     model: str,
     log_path: Path,
     say: Say,
     echo_log: Say | None,
-    smoke: bool = False,
     ready_timeout_s: float = 900.0,
     gpu_family: str | None = None,
-) -> int:
-    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death; always stop the group.
-    The log is diagnosed live; when vLLM dies, the reason given is the root error the knowledge base found."""
+) -> Iterator[Running]:
+    """vLLM started, its log followed and diagnosed live, serving when this yields; on exit (normal, error,
+    Ctrl-C or SIGTERM) the whole process group is stopped. If vLLM dies before serving, the error names the
+    root cause the knowledge base found."""
     check_can_launch(plan, model)
     env = {**os.environ, **plan.rendered.env}
     stop = threading.Event()
@@ -234,18 +243,33 @@ def run(
                 f"serving {plan.url} (model {models[0]}) after {startup:.0f} s, profile {plan.profile.name}, "
                 f"log {log_path}"
             )
-            if smoke:
-                tokens, seconds = smoke_completion(plan.url, models[0])
-                say(f"smoke test: one streamed completion of {tokens} tokens in {seconds:.2f} s")
-                return ExitCode.OK
-            while server.alive():
-                time.sleep(0.5)
-            drain()
-            reason = watch.root_cause() or " | ".join(last_lines(log_path, 3))
-            raise NemolaunchError(
-                f"vLLM exited with code {server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
-            )
+            yield Running(server, watch, models, startup)
         finally:
             code = server.stop()
             drain()
             say(f"stopped vLLM (exit {code}); log kept in {log_path}")
+
+
+def run(
+    plan: ServePlan,
+    model: str,
+    log_path: Path,
+    say: Say,
+    echo_log: Say | None,
+    smoke: bool = False,
+    ready_timeout_s: float = 900.0,
+    gpu_family: str | None = None,
+) -> int:
+    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death."""
+    with launched(plan, model, log_path, say, echo_log, ready_timeout_s, gpu_family) as running:
+        if smoke:
+            tokens, seconds = smoke_completion(plan.url, running.models[0])
+            say(f"smoke test: one streamed completion of {tokens} tokens in {seconds:.2f} s")
+            return ExitCode.OK
+        while running.server.alive():
+            time.sleep(0.5)
+        time.sleep(0.5)  # let the log follower read the last lines
+        reason = running.watch.root_cause() or " | ".join(last_lines(log_path, 3))
+        raise NemolaunchError(
+            f"vLLM exited with code {running.server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
+        )

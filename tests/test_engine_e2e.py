@@ -76,6 +76,40 @@ def test_streamed_completion(server: Server, tiny_model: Path) -> None:
     assert len([c for c in chunks if c]) >= 2  # streamed, not one blob
 
 
+def test_bench_sends_exact_token_counts_to_the_real_engine(server: Server, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "bench",
+            "--url",
+            server.url,
+            "--concurrency",
+            "1,2",
+            "--input-len",
+            "64",
+            "--output-len",
+            "16",
+            "--num-prompts",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == 8
+    assert {(rec["prompt_tokens"], rec["completion_tokens"], rec["output_tokens"]) for rec in records} == {(64, 16, 16)}
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["provenance"]["server"]["version"] == "0.32.0"
+    assert all(level["length_mismatched"] == 0 and level["failed"] == 0 for level in doc["levels"])
+
+
 def test_serve_profile_cpu_then_sigterm_leaves_nothing_running(
     engine_python: Path, tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -1,0 +1,162 @@
+"""nemolaunch bench against vLLM's own `vllm bench serve` logic, on the same server and workload. Prints numbers.
+
+python benchmarks/bench_client.py accuracy --url URL --engine ENGINE_PY --model NAME
+    the real vLLM CPU server: output tok/s, mean TTFT and TPOT at concurrency 1 and 8, both tools, run in
+    alternating order (A B B A) so that warm-up and drift do not favour one of them
+python benchmarks/bench_client.py ceiling --engine ENGINE_PY --tokenizer DIR
+    a local server that streams as fast as it can (tests/fake_server.py): client-side tok/s at concurrency
+    64 for both tools, and the TPOT the client adds over a server that sends a token every 5 ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+VLLM_BENCH = (
+    "import argparse, sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
+)
+
+
+def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) -> dict[str, float]:
+    folder = tmp / f"ours-{c}-{len(list(tmp.iterdir()))}"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "bench",
+            "--url",
+            url,
+            "--model",
+            model,
+            "--concurrency",
+            str(c),
+            "--num-prompts",
+            str(n),
+            "--input-len",
+            str(inp),
+            "--output-len",
+            str(out),
+            "--warmup",
+            "2",
+            "--out",
+            str(folder),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    level = json.loads((folder / "summary.json").read_text())["levels"][0]
+    return {
+        "tok_s": level["output_throughput_tok_s"],
+        "ttft_ms": level["ttft_ms"]["mean"],
+        "tpot_ms": level["tpot_ms"]["mean"],
+    }
+
+
+def theirs(
+    engine: str, url: str, model: str, tokenizer: str, c: int, n: int, inp: int, out: int, tmp: Path
+) -> dict[str, float]:
+    name = f"vllm-{c}-{len(list(tmp.iterdir()))}.json"
+    subprocess.run(
+        [
+            engine,
+            "-c",
+            VLLM_BENCH,
+            "--backend",
+            "vllm",
+            "--base-url",
+            url,
+            "--model",
+            model,
+            "--tokenizer",
+            tokenizer,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(inp),
+            "--random-output-len",
+            str(out),
+            "--random-range-ratio",
+            "0",
+            "--num-prompts",
+            str(n),
+            "--max-concurrency",
+            str(c),
+            "--ignore-eos",
+            "--num-warmups",
+            "2",
+            "--save-result",
+            "--result-dir",
+            str(tmp),
+            "--result-filename",
+            name,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    r = json.loads((tmp / name).read_text())
+    return {"tok_s": r["output_throughput"], "ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"]}
+
+
+def accuracy(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for c in (1, 8):
+            n = 16 if c == 1 else 64
+            runs = {"nemolaunch": [], "vllm bench": []}
+            for who in ("nemolaunch", "vllm bench", "vllm bench", "nemolaunch"):
+                if who == "nemolaunch":
+                    runs[who].append(ours(args.url, args.model, c, n, 128, 64, tmp))
+                else:
+                    runs[who].append(theirs(args.engine, args.url, args.model, args.model, c, n, 128, 64, tmp))
+            mean = {who: {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]} for who, rs in runs.items()}
+            a, b = mean["nemolaunch"], mean["vllm bench"]
+            print(
+                f"c={c} ({n} prompts, 128 in / 64 out, A B B A): "
+                + ", ".join(f"{k} ours {a[k]:.2f} vs vllm {b[k]:.2f} ({(a[k] / b[k] - 1) * 100:+.1f}%)" for k in a)
+            )
+
+
+def ceiling(args: argparse.Namespace) -> None:
+    from tests.conftest import free_port
+    from tests.fake_server import serving
+
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        with serving(free_port()) as url:
+            a = ours(url, "fake", 64, 512, 128, 256, tmp)
+            b = theirs(args.engine, url, "fake", args.tokenizer, 64, 512, 128, 256, tmp)
+            print(
+                f"ceiling, c=64, 512 requests x 256 tokens, server streaming as fast as it can: "
+                f"nemolaunch {a['tok_s']:.0f} tok/s, vllm bench serve {b['tok_s']:.0f} tok/s"
+            )
+        with serving(free_port(), token_delay_s=0.005) as url:
+            a = ours(url, "fake", 1, 16, 128, 128, tmp)
+            b = theirs(args.engine, url, "fake", args.tokenizer, 1, 16, 128, 128, tmp)
+            print(
+                f"client overhead on TPOT (server sends a token every 5.000 ms, c=1): nemolaunch "
+                f"{a['tpot_ms']:.3f} ms (+{a['tpot_ms'] - 5:.3f}), vllm bench serve {b['tpot_ms']:.3f} ms "
+                f"(+{b['tpot_ms'] - 5:.3f})"
+            )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["accuracy", "ceiling"])
+    parser.add_argument("--url")
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--model", default="build/tiny-llama")
+    parser.add_argument("--tokenizer", default="build/tiny-llama")
+    args = parser.parse_args()
+    accuracy(args) if args.mode == "accuracy" else ceiling(args)

@@ -1,0 +1,117 @@
+"""A local OpenAI-compatible server that streams as fast as it can, or misbehaves on purpose: the faults the real
+vLLM engine will not produce on demand (stalls, dropped connections, HTTP 500, malformed SSE, dying mid-level).
+Used by the tests and by benchmarks/bench_client.py. Run alone: python tests/fake_server.py PORT [FAULT]."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+FAULTS = ("none", "stall", "disconnect", "http500", "malformed", "die-after")
+
+
+def make_app(
+    fault: str = "none", token_delay_s: float = 0.0, die_after: int = 10**9, tokens_per_chunk: int = 1
+) -> web.Application:
+    state = {"served": 0, "dead": False}
+
+    @web.middleware
+    async def dead(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if state["dead"]:  # a dead server: every connection is dropped
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError
+        return await handler(request)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "max_model_len": 4096}]})
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": "fake-0.0"})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"tokens": list(range(len(body["prompt"].split())))})
+
+    async def detokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"prompt": " ".join("w" for _ in body["tokens"])})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        state["served"] += 1
+        n = state["served"]
+        if fault == "http500" and n % 2 == 0:
+            return web.json_response({"error": "injected"}, status=500)
+        if fault == "die-after" and n > die_after:
+            state["dead"] = True
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError
+        prompt_tokens = len(body.get("prompt", "").split())
+        max_tokens = int(body["max_tokens"])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(0, max_tokens, tokens_per_chunk):
+            if fault == "stall" and n % 2 == 0 and i == 3:
+                await asyncio.sleep(3)  # longer than the tests' stall timeout, short enough to shut down
+            if fault == "disconnect" and n % 2 == 0 and i == 3:
+                assert request.transport is not None
+                request.transport.close()
+                return resp
+            if fault == "malformed" and n % 2 == 0 and i == 3:
+                await resp.write(b"data: {not json\n\n")
+                continue
+            k = min(tokens_per_chunk, max_tokens - i)
+            event = {
+                "choices": [{"index": 0, "text": " w" * k}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + k},
+            }
+            await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            if token_delay_s:
+                await asyncio.sleep(token_delay_s)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application(middlewares=[dead])
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/version", version)
+    app.router.add_get("/health", health)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+@contextmanager
+def serving(
+    port: int, fault: str = "none", token_delay_s: float = 0.0, die_after: int = 10**9, tokens_per_chunk: int = 1
+) -> Iterator[str]:
+    """The fake server on 127.0.0.1:port in a background thread with its own event loop."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(make_app(fault, token_delay_s, die_after, tokens_per_chunk))
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    delay = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    web.run_app(make_app(sys.argv[2] if len(sys.argv) > 2 else "none", delay), host="127.0.0.1", port=int(sys.argv[1]))

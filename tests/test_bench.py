@@ -1,0 +1,239 @@
+"""bench and compare: metrics on hand-checkable streams, faults injected by a local server, interrupts, the JSON
+contract, and compare's ratios and refusals. The real-engine workload test is in test_engine_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.bench import BenchConfig, RequestRecord, run, summarize
+from launcher.cli import main
+from launcher.errors import ExitCode
+from tests.conftest import free_port
+from tests.fake_server import serving
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cfg(url: str, **kw: object) -> BenchConfig:
+    base = {
+        "concurrency": (1, 2),
+        "input_len": 16,
+        "output_len": 8,
+        "num_prompts": 4,
+        "warmup": 0,
+        "stall_timeout_s": 1.0,
+        "request_timeout_s": 10.0,
+    }
+    return BenchConfig(url=url, **{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_metrics_by_hand() -> None:
+    # two requests of 5 tokens: TTFT 100 and 300 ms, end 500 and 700 ms; the level took 1 s
+    a = RequestRecord(1, 0, 0, ok=True, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1] * 4, output_tokens=5)
+    b = RequestRecord(1, 0, 1, ok=True, ttft_s=0.3, e2e_s=0.7, itl_s=[0.1] * 4, output_tokens=5)
+    bad = RequestRecord(1, 0, 2, error_class="stalled")
+    level = summarize(1, [([a, b, bad], 1.0)])
+    assert level["output_throughput_tok_s"] == 10.0  # 10 tokens / 1 s
+    assert level["request_throughput_req_s"] == 2.0
+    assert level["tpot_ms"]["mean"] == pytest.approx(100.0)  # (500 - 100) / 4 and (700 - 300) / 4
+    assert level["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert level["e2el_ms"]["mean"] == pytest.approx(600.0)
+    assert level["achieved_concurrency"] == 1.2  # 1.2 s of requests in 1 s
+    assert level["per_user_tok_s"] == pytest.approx((10 + 5 / 0.7) / 2, abs=0.01)
+    assert (level["completed"], level["failed"], level["failures"]) == (2, 1, {"stalled": 1})
+
+
+def test_a_chunk_of_k_tokens_counts_k_gaps(tmp_path: Path) -> None:
+    with serving(free_port(), tokens_per_chunk=2, token_delay_s=0.01) as url:
+        outcome = run(cfg(url, concurrency=(1,), num_prompts=2), tmp_path / "r", None, print)
+    assert outcome.code == ExitCode.OK
+    records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
+    assert all(r["chunks"] == 4 and r["output_tokens"] == 8 for r in records)
+    assert all(len(r["itl_s"]) == 7 and r["itl_s"][0] == 0.0 for r in records)  # 1 + 3 chunks x 2 gaps
+    assert all(r["length_ok"] for r in records)
+
+
+@pytest.mark.parametrize(
+    "fault, error_class",
+    [("stall", "stalled"), ("disconnect", "disconnected"), ("http500", "http-500"), ("malformed", "malformed")],
+)
+def test_faults_are_counted_and_classified_and_the_sweep_finishes(tmp_path: Path, fault: str, error_class: str) -> None:
+    with serving(free_port(), fault=fault) as url:
+        outcome = run(cfg(url), tmp_path / "r", None, print)
+    assert outcome.code == ExitCode.PROBLEM
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert doc["status"] == "complete" and [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    assert all(lv["failures"] == {error_class: 2} and lv["completed"] == 2 for lv in doc["levels"])
+    assert len((tmp_path / "r" / "requests.jsonl").read_text().splitlines()) == 8
+
+
+def test_a_server_dying_mid_sweep_keeps_the_levels_measured(tmp_path: Path) -> None:
+    with serving(free_port(), fault="die-after", die_after=6) as url:
+        outcome = run(cfg(url, concurrency=(1, 2, 4)), tmp_path / "r", None, print)
+    assert outcome.code == ExitCode.PROBLEM and "stopped answering during concurrency 2" in outcome.message
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert doc["status"] == "server-died" and doc["stopped_at"] == {"concurrency": 2}
+    assert doc["levels"][0]["completed"] == 4
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fake_server.py"), str(port), "none", "0.05"], cwd=ROOT
+    )
+    try:
+        time.sleep(1.5)
+        out = tmp_path / "r"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "launcher",
+                "bench",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--concurrency",
+                "1,2",
+                "--input-len",
+                "8",
+                "--output-len",
+                "20",
+                "--num-prompts",
+                "20",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (out / "requests.jsonl").is_file():
+            time.sleep(0.2)
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted at concurrency 1" in err
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["status"] == "interrupted"
+    assert len((out / "requests.jsonl").read_text().splitlines()) >= 1
+
+
+def test_summary_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with serving(free_port()) as url:
+        rc = main(
+            [
+                "bench",
+                "--url",
+                url,
+                "--concurrency",
+                "1,2",
+                "--input-len",
+                "8",
+                "--output-len",
+                "4",
+                "--num-prompts",
+                "3",
+                "--out",
+                str(tmp_path / "r"),
+                "--label",
+                "A",
+                "--json",
+            ]
+        )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    on_disk = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert doc["schema"] == on_disk["schema"] == "nemolaunch.bench/1"
+    assert {"provenance", "levels", "workload", "warnings"} <= set(on_disk)
+    assert {"server", "client", "date", "host"} <= set(on_disk["provenance"])
+    level = on_disk["levels"][0]
+    assert {"concurrency", "completed", "failed", "output_throughput_tok_s", "request_throughput_req_s"} <= set(level)
+    for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        assert set(level[metric]) == {"mean", "p50", "p90", "p99"}
+    for name in ("summary.csv", "requests.jsonl", "report.md", "throughput.png", "latency.png"):
+        assert (tmp_path / "r" / name).is_file(), name
+
+
+def fake_run(folder: Path, label: str, tput: dict[int, tuple[float, float | None]], input_len: int = 512) -> Path:
+    """A summary.json as bench writes it, with chosen throughputs (and stdevs) per concurrency."""
+    stats = {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0}
+    folder.mkdir(parents=True)
+    doc = {
+        "schema": "nemolaunch.bench/1",
+        "label": label,
+        "status": "complete",
+        "warnings": [],
+        "workload": {
+            "model": "m",
+            "endpoint": "completions",
+            "input_len": input_len,
+            "output_len": 256,
+            "prompts_sha": "x",
+            "seed": 0,
+            "repeats": 3,
+        },
+        "provenance": {"server": {"version": "0.16.1"}, "date": "2026-03-11", "launched_by_nemolaunch": None},
+        "levels": [
+            {
+                "concurrency": c,
+                "output_throughput_tok_s": t,
+                "output_throughput_stdev": sd,
+                "ttft_ms": stats,
+                "tpot_ms": stats,
+            }
+            for c, (t, sd) in tput.items()
+        ],
+    }
+    (folder / "summary.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_compare_ratios_and_noise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the seed's table: Marlin 97 / 886 tok/s, native CUTLASS FP4 83 / 801 at concurrency 1 / 32
+    marlin = fake_run(tmp_path / "marlin", "marlin", {1: (97.0, 1.0), 32: (886.0, 40.0)})
+    cutlass = fake_run(tmp_path / "cutlass", "cutlass", {1: (83.0, 1.0), 32: (801.0, 40.0)})
+    assert main(["compare", str(marlin), str(cutlass), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    row1 = next(line for line in out.splitlines() if line.startswith("1 "))
+    assert "0.856 (-14.4%)" in row1 and "beyond noise" in row1
+    assert "within noise" in next(line for line in out.splitlines() if line.startswith("32 "))
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "0.856 (-14.4%)" in report and (tmp_path / "rep" / "throughput.png").is_file()
+
+
+def test_compare_refuses_different_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = fake_run(tmp_path / "a", "a", {1: (97.0, None)})
+    b = fake_run(tmp_path / "b", "b", {1: (83.0, None)}, input_len=128)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "rep")]) == 2
+    assert "input_len: 512 in a vs 128 in b" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "rep"), "--force"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["bench"], "give either --url"),
+        (["bench", "--profile", "cpu"], "--profile needs --model"),
+        (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], "not a comma-separated list"),
+        (["bench", "--url", "http://127.0.0.1:9", "--out", "/tmp/nemolaunch-no-server"], "no OpenAI-compatible server"),
+        (["compare", "."], "holds no bench run"),
+    ],
+    ids=["no-target", "profile-without-model", "bad-levels", "no-server", "not-a-run"],
+)
+def test_bad_input_is_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) in (2, 3)
+    assert needle in capsys.readouterr().err
