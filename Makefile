@@ -70,12 +70,15 @@ bench: $(BENCH_DEPS)
 
 # Regenerate the generated locks from their inputs with a real resolver (uv), hashes included. torch's CPU
 # wheel comes from pip's configured find-links when there is one.
+# (lockfiles/seed-2026-03.* is a historical record, not generated.)
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
   --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec
 lock: venv
 	links=$$($(BIN)/pip config get global.find-links 2>/dev/null); \
 	$(BIN)/uv pip compile -q $(LOCK_FLAGS) $${links:+--find-links $$links} --custom-compile-command "make lock" \
 	  -o lockfiles/cpu.txt lockfiles/cpu.in
+	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+	  --custom-compile-command "make lock" -o lockfiles/cuda-vllm033.txt lockfiles/cuda-vllm033.in
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,7 +10,7 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -27,14 +27,6 @@ PYTHON_OPTION = click.option(
     help="The engine's interpreter (the venv where vLLM is installed). Default: $NEMOLAUNCH_PYTHON, "
     "then the profile's `python`, then this interpreter.",
 )
-
-
-def _not_implemented(command: str) -> NoReturn:
-    raise NotImplementedYet(f"`nemolaunch {command}` is not implemented yet")
-
-
-class NotImplementedYet(NemolaunchError):
-    code = ExitCode.USAGE
 
 
 @click.group(
@@ -475,9 +467,78 @@ def lock() -> None:
 
 @lock.command("verify")
 @click.argument("lockfile", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def lock_verify(lockfile: Path) -> int:
-    """Check the installed stack against LOCKFILE."""
-    _not_implemented("lock verify")
+@PYTHON_OPTION
+@JSON_OPTION
+def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
+    """Check the installed stack (the engine's Python) and this host against LOCKFILE (.toml manifest or .txt).
+
+    Exit 1 on a mismatch; each one comes with the command that fixes it.
+    """
+    from launcher import lock as stage
+    from launcher.engine import resolve_python
+    from launcher.output import json_document, table
+
+    interpreter = resolve_python(python)
+    lock_, mismatches = stage.verify(lockfile, interpreter.path)
+    failed = [m for m in mismatches if m.severity == "fail"]
+    if as_json:
+        click.echo(
+            json_document(
+                "lock",
+                {
+                    "lock": str(lockfile),
+                    "python": str(interpreter.path),
+                    "pins": len(lock_.pins),
+                    "ok": not failed,
+                    "mismatches": [m.to_json() for m in mismatches],
+                },
+            )
+        )
+    else:
+        click.echo(f"{lockfile}: {len(lock_.pins)} pins against {interpreter.describe()}")
+        if mismatches:
+            click.echo(table(["kind", "what", "fix"], [(m.kind, m.what, m.fix) for m in mismatches]))
+        click.echo(
+            "matches the lock"
+            if not mismatches
+            else f"{len(failed)} mismatch(es)"
+            + (f", {len(mismatches) - len(failed)} warning(s)" if len(mismatches) > len(failed) else "")
+        )
+    return ExitCode.PROBLEM if failed else ExitCode.OK
+
+
+@lock.command("capture")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The lock to write: OUT.toml, OUT.txt and OUT.in (any suffix is replaced).",
+)
+@click.option("--name", help="The lock's name [default: OUT's stem].")
+@click.option("--validated", help="Where this stack was proven, e.g. a bench summary.json.")
+@PYTHON_OPTION
+def lock_capture(out: Path, name: str | None, validated: str | None, python: Path | None) -> int:
+    """Write the working stack of the engine's Python (and this host's driver, CUDA, GPU family) as a lock."""
+    from launcher import lock as stage
+    from launcher.engine import resolve_python
+
+    interpreter = resolve_python(python)
+    for note in stage.capture(interpreter.path, out, name or out.with_suffix("").name, validated):
+        click.secho(f"note: {note}", fg="yellow", err=True)
+    click.echo(f"wrote {out.with_suffix('.toml')} and {out.with_suffix('.txt')} from {interpreter.describe()}")
+    return ExitCode.OK
+
+
+@lock.command("bundle")
+@click.argument("lockfile", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder for the wheels.")
+def lock_bundle(lockfile: Path, out: Path) -> int:
+    """Download every pinned wheel of LOCKFILE for its Python and platform, for hosts without internet."""
+    from launcher import lock as stage
+
+    install = stage.bundle(lockfile, out)
+    click.echo(f"on the offline host, with {out} copied there:\n  {install}")
+    return ExitCode.OK
 
 
 @cli.group()

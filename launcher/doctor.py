@@ -11,7 +11,7 @@ from typing import Any
 
 from checks import REGISTRY, run_checks
 from checks.facts import Facts, gather
-from checks.lockfile import read_pins
+from checks.lockfile import LockError, load
 from checks.result import STATUSES, CheckResult
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode
@@ -63,9 +63,9 @@ def run(
     facts = gather(interpreter.path, os.environ, model, use_cache)
     if lock is not None:
         try:
-            facts["lock"] = {"path": str(lock), "pins": read_pins(lock)}
-        except (OSError, UnicodeDecodeError) as e:
-            raise BadInput(f"cannot read lock {lock}: {e}") from None
+            facts["lock"] = load(lock)
+        except LockError as e:
+            raise BadInput(str(e)) from None
     return DoctorReport(interpreter, facts, run_checks(facts, only), time.monotonic() - start)
 
 

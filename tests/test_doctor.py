@@ -12,23 +12,9 @@ import pytest
 
 from checks import run_checks
 from launcher.cli import main
+from tests.conftest import make_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
-
-
-def make_env(tmp_path: Path, dists: dict[str, str], files: dict[str, str] | None = None) -> Path:
-    """A real venv (no pip) whose site-packages holds real dist-info folders and, optionally, package files."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    for name, version in dists.items():
-        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    for rel, text in (files or {}).items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_text(text)
-    return venv / "bin" / "python"
 
 
 def doctor_json(python: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:

@@ -1,0 +1,155 @@
+"""Lockfiles for whole serving stacks: the Python packages pinned with hashes (a requirements file made by a
+resolver) and, in a TOML manifest beside it, the layers below Python that break most: driver, CUDA, GPU family,
+Python version and platform, and where the stack was validated.
+
+    lockfiles/NAME.in     what was asked for (input to `make lock`)
+    lockfiles/NAME.txt    every package pinned with its hashes (uv pip compile --generate-hashes)
+    lockfiles/NAME.toml   the manifest: schema, requirements = "NAME.txt", [python], [host], [validated]
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from checks.facts import nvml_facts, stack_facts
+from checks.gpu_family import family_from_capability
+from checks.lockfile import Lock, LockError, Mismatch, compare_layers, compare_packages, load
+from launcher.errors import BadInput, NemolaunchError
+from launcher.output import atomic_write_text
+
+
+def load_or_bad_input(path: Path) -> Lock:
+    try:
+        return load(path)
+    except LockError as e:
+        raise BadInput(str(e)) from None
+
+
+def verify(lock_path: Path, python: Path) -> tuple[Lock, list[Mismatch]]:
+    lock = load_or_bad_input(lock_path)
+    stack = stack_facts(python)
+    if not stack.get("ok"):
+        raise NemolaunchError(f"cannot read the packages of {python}: {stack.get('error')}")
+    nvml = nvml_facts()
+    return lock, compare_packages(lock, stack["all_packages"]) + compare_layers(lock, stack, nvml)
+
+
+def _uv() -> str | None:
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() else shutil.which("uv")
+
+
+def capture(python: Path, out: Path, name: str, validated: str | None) -> list[str]:
+    """Write out.in (exact pins of what is installed), out.txt (hashed by uv, when it can resolve them) and
+    out.toml (the layers below Python). Returns notes for the user."""
+    stack = stack_facts(python)
+    if not stack.get("ok"):
+        raise NemolaunchError(f"cannot read the packages of {python}: {stack.get('error')}")
+    nvml = nvml_facts()
+    base = out.with_suffix("")
+    pins = {k: v for k, v in stack["all_packages"].items() if k not in ("pip", "setuptools", "wheel")}
+    atomic_write_text(base.with_suffix(".in"), "".join(f"{k}=={v}\n" for k, v in sorted(pins.items())))
+    notes = []
+    uv = _uv()
+    txt = base.with_suffix(".txt")
+    markers = stack["markers"]
+    if uv:
+        r = subprocess.run(
+            [
+                uv,
+                "pip",
+                "compile",
+                "-q",
+                "--generate-hashes",
+                "--no-deps",
+                "--python-version",
+                markers["python_version"],
+                "--python-platform",
+                f"{markers['platform_machine']}-manylinux_2_28",
+                "--custom-compile-command",
+                "nemolaunch lock capture",
+                "-o",
+                str(txt),
+                str(base.with_suffix(".in")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if r.returncode != 0:
+            notes.append(
+                f"uv could not hash every pin ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
+                f"{txt.name} has exact pins without hashes"
+            )
+    else:
+        notes.append(f"uv is not installed: {txt.name} has exact pins without hashes")
+    if not txt.is_file() or notes:
+        shutil.copyfile(base.with_suffix(".in"), txt)
+    gpus = nvml.get("gpus", []) if nvml.get("ok") else []
+    families = sorted({family_from_capability(*g["capability"]) for g in gpus if g.get("capability")})
+    manifest = [
+        "# nemolaunch lock manifest, written by nemolaunch lock capture",
+        "schema = 1",
+        f'name = "{name}"',
+        f'requirements = "{txt.name}"',
+        "",
+        "[python]",
+        f'version = "{markers["python_version"]}"',
+        f'platform = "{markers["sys_platform"]}_{markers["platform_machine"]}"',
+        "",
+        "[host]",
+        f"gpu = {'true' if gpus else 'false'}",
+    ]
+    if gpus:
+        manifest += [
+            f'driver_min = "{nvml["driver"]}"',
+            f'cuda = "{nvml["cuda_driver"]}"',
+            "gpu_families = [" + ", ".join(f'"{f}"' for f in families) + "]",
+        ]
+    manifest += ["", "[validated]", f'on = "{time.strftime("%Y-%m-%d")}"']
+    if validated:
+        manifest.append(f'bench = "{validated}"')
+    atomic_write_text(base.with_suffix(".toml"), "\n".join(manifest) + "\n")
+    return notes
+
+
+def bundle(lock_path: Path, out: Path) -> str:
+    """Download every pinned wheel for the lock's Python and platform; returns the offline install command."""
+    lock = load_or_bad_input(lock_path)
+    py = (lock.manifest.get("python") or {}).get("version") or ".".join(map(str, sys.version_info[:2]))
+    machine = ((lock.manifest.get("python") or {}).get("platform") or "linux_x86_64").split("_", 1)[1]
+    out.mkdir(parents=True, exist_ok=True)
+    platforms = [f"manylinux_2_{n}_{machine}" for n in (17, 24, 27, 28, 31, 34, 35)]
+    platforms += [f"manylinux2014_{machine}", f"linux_{machine}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--require-hashes",
+        "--only-binary=:all:",
+        "--python-version",
+        py,
+        "--implementation",
+        "cp",
+        "-d",
+        str(out),
+        "-r",
+        str(lock.requirements),
+    ]
+    for p in platforms:
+        cmd += ["--platform", p]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["pip download failed"])[-1]
+        raise NemolaunchError(f"downloading the pinned wheels failed: {last}", "check the index is reachable")
+    shutil.copyfile(lock.requirements, out / lock.requirements.name)
+    install = f"pip install --no-index --find-links {out} --require-hashes --no-deps -r {out / lock.requirements.name}"
+    atomic_write_text(out / "INSTALL.txt", install + "\n")
+    return install
