@@ -118,8 +118,16 @@ def doctor(
     "--only", help="Only these chains (comma-separated: fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention)."
 )
 @click.option("--timeout", "timeout_s", default=180.0, show_default=True, help="Seconds per kernel probe.")
+@click.option(
+    "--recheck",
+    "recheck_ref",
+    help="A profile: re-run the probes behind its kernel choices and say "
+    "whether they are still the fastest (exit 1 if not).",
+)
 @PYTHON_OPTION
-def probe(as_json: bool, model: Path | None, only: str | None, timeout_s: float, python: Path | None) -> int:
+def probe(
+    as_json: bool, model: Path | None, only: str | None, timeout_s: float, recheck_ref: str | None, python: Path | None
+) -> int:
     """Run every kernel of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed.
 
     Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
@@ -228,6 +236,33 @@ def profile_show(name: str, vllm_version: str | None, as_json: bool) -> int:
             click.echo(f"  {k}={v}")
         for note in rendered.notes:
             click.echo(f"  note: {note}")
+    return ExitCode.OK
+
+
+@profile.command("write")
+@click.option("--name", required=True, help="The new profile's name.")
+@click.option(
+    "--from",
+    "sources",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Evidence: the --json output of doctor and/or probe (repeat the option).",
+)
+@click.option("--base", help="Start from this profile (name or path); evidence overrides its settings.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Where to write [default: NAME.toml].")
+def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: Path | None) -> int:
+    """Turn doctor and probe evidence into a profile: the fastest correct kernel per chain, memory that leaves
+    graph-capture headroom, CUDA graphs on, and a why on every setting."""
+    from launcher.evidence import load_evidence, write_profile
+    from launcher.output import atomic_write_text
+    from launcher.profiles import load_profile
+
+    out = out or Path(f"{name}.toml")
+    text = write_profile(name, load_evidence(list(sources)), load_profile(base) if base else None, out)
+    atomic_write_text(out, text)
+    click.echo(text)
+    click.echo(f"wrote {out}", err=True)
     return ExitCode.OK
 
 

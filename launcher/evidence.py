@@ -1,0 +1,188 @@
+"""From evidence to intent: `profile write` turns doctor and probe reports into a serving profile, and
+`probe --recheck` says whether a profile's kernel choices still hold on this GPU.
+
+Only what was measured becomes a setting, and every setting says why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.profiles import ServingProfile, parse_profile
+
+MIN_HEADROOM_GIB = 4.0
+MAX_HEADROOM_GIB = 14.0  # the seed: 0.85 of a 96 GB card (14 GiB outside) fit graph capture, 0.9 (9.6) did not
+# a kernel must beat vLLM's own choice by more than this (geometric mean over the probed shapes) before a
+# profile overrides vLLM: smaller differences do not survive end to end (run order alone swung an H200 A/B 6-23%)
+MARGIN = 1.05
+# chain -> the profile setting that steers it
+MOE_CHAINS = ("nvfp4_moe", "fp8_moe")
+LINEAR_CHAINS = ("fp8_dense", "nvfp4_dense")
+
+
+def load_evidence(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """{"doctor": doc, "probe": doc} from --from files, recognised by their schema."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise BadInput(f"cannot read evidence {path}: {e}", "give the --json output of doctor or probe") from None
+        kind = str(doc.get("schema", "")).removeprefix("nemolaunch.").split("/")[0]
+        if kind not in ("doctor", "probe"):
+            raise BadInput(f"{path} is not a doctor or probe report (schema {doc.get('schema')!r})")
+        doc["_path"] = str(path)
+        found[kind] = doc
+    return found
+
+
+def effective_choice(chain: list[dict[str, Any]], disabled: list[str]) -> str | None:
+    """What vLLM picks from a linear chain: the first kernel it declares supported and is not disabled."""
+    for k in chain:
+        if k["position"] is not None and k["declared"] is not False and k["kernel"] not in disabled:
+            return str(k["kernel"])
+    return None
+
+
+def _members(probe: dict[str, Any], chain: str) -> list[dict[str, Any]]:
+    return sorted(
+        (k for k in probe["kernels"] if k["chain"] == chain and k["position"] is not None), key=lambda k: k["position"]
+    )
+
+
+def speed(probe: dict[str, Any], chain: str, kernel: str) -> float | None:
+    """A kernel's geometric-mean time relative to the fastest at each shape (1.0 = fastest everywhere)."""
+    for k in probe["kernels"]:
+        if k["chain"] == chain and k["kernel"] == kernel and k["status"] == "ok" and k["shapes"]:
+            rel = [s["relative"] for s in k["shapes"] if s.get("relative")]
+            return math.exp(sum(math.log(r) for r in rel) / len(rel)) if rel else None
+    return None
+
+
+def _where(probe: dict[str, Any]) -> str:
+    gpu = probe.get("gpu") or {}
+    return f"probe on {gpu.get('name', 'this GPU')} with vLLM {probe.get('vllm_version')} ({probe['_path']})"
+
+
+def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    settings: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    disabled: list[str] = []
+    reasons = []
+    for chain in LINEAR_CHAINS:
+        pick = probe["recommended"].get(chain)
+        members = _members(probe, chain)
+        default = effective_choice(members, [])
+        if not pick or pick == default:
+            continue
+        ours, theirs = speed(probe, chain, pick), speed(probe, chain, default) if default else None
+        if ours and theirs and theirs / ours <= MARGIN:
+            notes.append(
+                f"{chain}: {pick} measured {(theirs / ours - 1) * 100:.1f}% faster than vLLM's choice "
+                f"{default}, within the {(MARGIN - 1) * 100:.0f}% margin: vLLM's choice kept"
+            )
+            continue
+        ahead = [
+            k["kernel"]
+            for k in members[: next(i for i, k in enumerate(members) if k["kernel"] == pick)]
+            if k["declared"] is not False
+        ]
+        disabled += ahead
+        reasons.append(f"{chain}: {pick} measured fastest and correct, vLLM would pick {default}")
+    if disabled:
+        settings["disabled_kernels"] = disabled
+        why["disabled_kernels"] = "; ".join(reasons) + f" ({_where(probe)})"
+    for chain in MOE_CHAINS:
+        pick = probe["recommended"].get(chain)
+        if pick:
+            settings["moe_backend"] = pick.lower()
+            why["moe_backend"] = f"{chain}: {pick} measured fastest and correct ({_where(probe)})"
+            break
+    if probe["recommended"].get("attention"):
+        settings["attention_backend"] = probe["recommended"]["attention"]
+        why["attention_backend"] = f"measured fastest and correct ({_where(probe)})"
+    return settings, why
+
+
+def memory_setting(doctor: dict[str, Any]) -> tuple[float, str] | None:
+    gpus = (doctor.get("facts", {}).get("nvml") or {}).get("gpus") or []
+    if not gpus:
+        return None
+    total = gpus[0]["memory_total_mib"] / 1024
+    headroom = max(MIN_HEADROOM_GIB, min(MAX_HEADROOM_GIB, 0.15 * total))
+    util = min(0.9, int((1 - headroom / total) * 100) / 100)
+    return util, (
+        f"{gpus[0]['name']} has {total:.0f} GiB; {util} leaves {total * (1 - util):.1f} GiB outside vLLM's "
+        "budget for CUDA-graph capture and workspace (the seed: 0.9 ran out of memory in capture on "
+        f"96 GB, 0.85 fit) ({doctor['_path']})"
+    )
+
+
+def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingProfile | None, out: Path) -> str:
+    settings: dict[str, Any] = dict(base.settings) if base else {}
+    why: dict[str, str] = {k: v for k, v in (base.why if base else {}).items() if k in settings}
+    settings["cuda_graphs"] = True
+    why["cuda_graphs"] = (
+        "CUDA graphs on: enforce-eager measured 3.6x slower at concurrency 1 in the seed, 5.3x on "
+        "an H200 (2026-11-30); no evidence here demands eager mode"
+    )
+    notes: list[str] = []
+    if "probe" in evidence:
+        found, reasons = probe_settings(evidence["probe"], notes)
+        settings.update(found)
+        why.update(reasons)
+    if "doctor" in evidence and (mem := memory_setting(evidence["doctor"])):
+        settings["gpu_memory_utilization"], why["gpu_memory_utilization"] = mem
+    for key in settings:
+        why.setdefault(key, f"from the base profile {base.name}" if base else "set by hand")
+    sources = ", ".join(doc["_path"] for doc in evidence.values())
+    lines = [
+        f"# written by nemolaunch profile write from {sources}" + (f" on top of {base.name}" if base else ""),
+        *[f"# {note}" for note in notes],
+        "schema = 1",
+        f"description = {json.dumps(f'{name}: written from measured evidence')}",
+    ]
+    if base and base.python:
+        lines.append(f"python = {json.dumps(base.python)}")
+    lines += ["", "[vllm]", *[f"{k} = {_toml(v)}" for k, v in settings.items()]]
+    if base and base.env:
+        lines += ["", "[env]", *[f"{k} = {json.dumps(v)}" for k, v in base.env.items()]]
+    lines += ["", "[why]", *[f"{k} = {json.dumps(v)}" for k, v in why.items()]]
+    text = "\n".join(lines) + "\n"
+    parse_profile(text, out, name)  # what we write must load
+    return text
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, str, str | None, bool]]:
+    """Per chain the profile steers: (chain, what the profile gets, what the probe now recommends, still best
+    within MARGIN)."""
+    rows = []
+    disabled = list(profile.settings.get("disabled_kernels", []))
+    for chain in LINEAR_CHAINS:
+        got = effective_choice(_members(probe, chain), disabled)
+        pick = probe["recommended"].get(chain)
+        if got and pick:
+            ours, theirs = speed(probe, chain, pick), speed(probe, chain, got)
+            rows.append((chain, got, pick, got == pick or bool(ours and theirs and theirs / ours <= MARGIN)))
+    backend = profile.settings.get("moe_backend")
+    for chain in MOE_CHAINS:
+        pick = probe["recommended"].get(chain)
+        if backend and pick:
+            rows.append((chain, backend, pick, backend == pick.lower()))
+    attention = profile.settings.get("attention_backend")
+    if attention and probe["recommended"].get("attention"):
+        pick = probe["recommended"]["attention"]
+        rows.append(("attention", attention, pick, attention == pick))
+    return rows

@@ -1,0 +1,105 @@
+"""profile write (evidence to intent) and probe --recheck, on the real H200 captures."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cli import main
+from launcher.evidence import memory_setting, recheck
+from launcher.profiles import load_profile
+
+FIX = Path(__file__).parent / "fixtures"
+PROBE = FIX / "probe" / "h200-vllm026-2026-11-30.json"
+DOCTOR = FIX / "doctor" / "h200-vllm026-2026-11-30.json"
+
+
+def probe_doc() -> dict[str, Any]:
+    return {**json.loads(PROBE.read_text()), "_path": str(PROBE)}
+
+
+def test_write_from_the_h200_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "h200.toml"
+    assert (
+        main(
+            [
+                "profile",
+                "write",
+                "--name",
+                "h200",
+                "--from",
+                str(PROBE),
+                "--from",
+                str(DOCTOR),
+                "--base",
+                "sm90",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    prof = load_profile(str(out))
+    assert prof.settings["cuda_graphs"] is True and prof.settings["gpu_memory_utilization"] == 0.9
+    assert set(prof.settings) <= set(prof.why)
+    # per-tensor torch beat vLLM's CUTLASS by under 5% (geomean): not enough to override vLLM's choice
+    assert "disabled_kernels" not in prof.settings
+    assert "within the 5% margin" in out.read_text()
+
+
+def test_a_clear_winner_disables_the_kernels_ahead_of_it(tmp_path: Path) -> None:
+    doc = probe_doc()
+    for k in doc["kernels"]:
+        if k["kernel"] == "PerTensorTorchFP8ScaledMMLinearKernel":
+            for s in k["shapes"]:
+                s["relative"] = 1.0
+        elif k["chain"] == "fp8_dense":
+            for s in k["shapes"]:
+                s["relative"] = 1.3
+    evidence = tmp_path / "probe.json"
+    evidence.write_text(json.dumps(doc))
+    out = tmp_path / "p.toml"
+    assert main(["profile", "write", "--name", "p", "--from", str(evidence), "--out", str(out)]) == 0
+    prof = load_profile(str(out))
+    # FlashInfer is declared unsupported on SM90, so vLLM never picks it: only CUTLASS needs disabling
+    assert prof.settings["disabled_kernels"] == ["CutlassFP8ScaledMMLinearKernel"]
+    assert "vLLM would pick CutlassFP8ScaledMMLinearKernel" in prof.why["disabled_kernels"]
+    rows = recheck(prof, doc)
+    assert rows == [
+        ("fp8_dense", "PerTensorTorchFP8ScaledMMLinearKernel", "PerTensorTorchFP8ScaledMMLinearKernel", True)
+    ]
+
+
+def test_recheck_says_when_the_ranking_changed() -> None:
+    doc = probe_doc()
+    assert all(ok for *_, ok in recheck(load_profile("sm90"), doc))  # 2.8% apart: within the margin
+    slower = copy.deepcopy(doc)
+    for k in slower["kernels"]:
+        if k["kernel"] == "CutlassFP8ScaledMMLinearKernel":
+            for s in k["shapes"]:
+                s["relative"] = 1.5
+    ((chain, got, pick, ok),) = recheck(load_profile("sm90"), slower)
+    assert (chain, got, pick, ok) == (
+        "fp8_dense",
+        "CutlassFP8ScaledMMLinearKernel",
+        "PerTensorTorchFP8ScaledMMLinearKernel",
+        False,
+    )
+
+
+def test_memory_leaves_the_seeds_headroom() -> None:
+    doctor = {**json.loads(DOCTOR.read_text()), "_path": "d"}
+    doctor["facts"]["nvml"]["gpus"][0]["memory_total_mib"] = 97887  # an RTX PRO 6000 Blackwell's 96 GB
+    util, why = memory_setting(doctor)  # type: ignore[misc]
+    assert util == 0.85 and "0.9 ran out of memory" in why
+
+
+def test_evidence_must_be_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bogus = tmp_path / "x.json"
+    bogus.write_text('{"schema": "nemolaunch.bench/1"}')
+    assert main(["profile", "write", "--name", "x", "--from", str(bogus)]) == 2
+    assert "not a doctor or probe report" in capsys.readouterr().err
