@@ -237,3 +237,13 @@ def test_compare_refuses_different_workloads(tmp_path: Path, capsys: pytest.Capt
 def test_bad_input_is_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) in (2, 3)
     assert needle in capsys.readouterr().err
+
+
+def test_duration_mode_runs_for_the_time_given(tmp_path: Path) -> None:
+    with serving(free_port(), token_delay_s=0.01) as url:
+        start = time.monotonic()
+        outcome = run(cfg(url, concurrency=(2,), num_prompts=None, duration_s=1.0), tmp_path / "r", None, print)
+        took = time.monotonic() - start
+    assert outcome.code == ExitCode.OK
+    (level,) = outcome.summary["levels"]
+    assert level["completed"] >= 4 and 1.0 <= took < 10

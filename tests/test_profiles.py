@@ -117,3 +117,14 @@ def test_dry_run_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["schema"] == "nemolaunch.serve/1"
     assert {"argv", "env", "vllm_version"} <= set(doc)
     assert doc["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+
+
+def test_serve_warns_about_eager_mode_and_open_binding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "eager.toml"
+    path.write_text("schema = 1\n[vllm]\ncuda_graphs = false\n")
+    assert (
+        main(["serve", "--profile", str(path), "--model", "/m", "--vllm-version", "0.33.0", "--host", "0.0.0.0"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "--enforce-eager" in err and "3.6x" in err
+    assert "binding 0.0.0.0 without an API key" in err
