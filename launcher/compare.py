@@ -94,14 +94,15 @@ def plot(runs: list[dict[str, Any]], out: Path) -> list[Path]:
     ax.set_xscale("log", base=2)
     levels = sorted({lv["concurrency"] for run in runs for lv in run["levels"]})
     ax.set_xticks(levels, [str(c) for c in levels])
-    ax.set_xlabel("concurrent requests")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title("Throughput vs concurrency")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    paths.append(out / "throughput.png")
-    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    paths.append(
+        _finish(
+            plt,
+            fig,
+            ax,
+            ("concurrent requests", "output tokens/s", "Throughput vs concurrency"),
+            out / "throughput.png",
+        )
+    )
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in runs:
@@ -115,15 +116,21 @@ def plot(runs: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.annotate(
                 f"c={lv['concurrency']}", (lv["output_throughput_tok_s"], lv["tpot_ms"]["mean"]), fontsize=7, alpha=0.7
             )
-    ax.set_xlabel("output tokens/s")
-    ax.set_ylabel("mean TPOT (ms)")
-    ax.set_title("Latency vs throughput")
+    paths.append(
+        _finish(plt, fig, ax, ("output tokens/s", "mean TPOT (ms)", "Latency vs throughput"), out / "latency.png")
+    )
+    return paths
+
+
+def _finish(plt: Any, fig: Any, ax: Any, labels: tuple[str, str, str], path: Path) -> Path:
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(labels[2])
     ax.grid(True, alpha=0.3)
     ax.legend()
-    paths.append(out / "latency.png")
-    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return paths
+    return path
 
 
 def write_report(runs: list[dict[str, Any]], out: Path, differences: list[str]) -> Path:

@@ -110,14 +110,8 @@ def test_bench_sends_exact_token_counts_to_the_real_engine(server: Server, tmp_p
     assert all(level["length_mismatched"] == 0 and level["failed"] == 0 for level in doc["levels"])
 
 
-def test_serve_profile_cpu_then_sigterm_leaves_nothing_running(
-    engine_python: Path, tiny_model: Path, tmp_path: Path
-) -> None:
-    """`nemolaunch serve --profile cpu` serves the real engine; SIGTERM stops vLLM and every child it
-    started, and frees the port."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    argv = [
+def serve_argv(engine_python: Path, tiny_model: Path, port: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "launcher",
@@ -130,10 +124,17 @@ def test_serve_profile_cpu_then_sigterm_leaves_nothing_running(
         str(port),
         "--python",
         str(engine_python),
-        "--log-file",
-        str(log),
-        "--quiet",
     ]
+
+
+def test_serve_profile_cpu_then_sigterm_leaves_nothing_running(
+    engine_python: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`nemolaunch serve --profile cpu` serves the real engine; SIGTERM stops vLLM and every child it
+    started, and frees the port."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    argv = [*serve_argv(engine_python, tiny_model, port), "--log-file", str(log), "--quiet"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 400
@@ -165,20 +166,7 @@ def test_serve_refuses_a_port_in_use(engine_python: Path, tiny_model: Path) -> N
         held.listen()
         port = held.getsockname()[1]
         r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "launcher",
-                "serve",
-                "--profile",
-                "cpu",
-                "--model",
-                str(tiny_model),
-                "--port",
-                str(port),
-                "--python",
-                str(engine_python),
-            ],
+            serve_argv(engine_python, tiny_model, port),
             capture_output=True,
             text=True,
             timeout=300,
