@@ -247,3 +247,13 @@ def test_duration_mode_runs_for_the_time_given(tmp_path: Path) -> None:
     assert outcome.code == ExitCode.OK
     (level,) = outcome.summary["levels"]
     assert level["completed"] >= 4 and 1.0 <= took < 10
+
+
+def test_compare_of_real_h200_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's enforce-eager artefact, measured with nemolaunch on the H200 (tests/fixtures/bench)."""
+    fixtures = Path(__file__).parent / "fixtures" / "bench"
+    assert main(["compare", str(fixtures / "h200-graphs"), str(fixtures / "h200-eager"), "--out", str(tmp_path)]) == 0
+    row1 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("1 "))
+    assert "437.53" in row1 and "95.32" in row1 and "0.218 (-78.2%)" in row1
+    eager = json.loads((fixtures / "h200-eager" / "summary.json").read_text())
+    assert any("--enforce-eager" in w for w in eager["warnings"])

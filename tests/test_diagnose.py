@@ -130,3 +130,11 @@ def test_a_healthy_real_startup_has_no_error() -> None:
     log = Path(__file__).parent / "fixtures" / "logs" / "h200-vllm026-serve-sm90-2026-11-30.log"
     findings = diagnose_text(log.read_text(), "H200")
     assert findings and all(f["severity"] == "info" for f in findings)
+
+
+def test_eager_mode_is_a_warning_in_a_real_log() -> None:
+    """vLLM 0.26 with --enforce-eager on the H200 (tests/fixtures/logs, 2026-11-30)."""
+    log = Path(__file__).parent / "fixtures" / "logs" / "h200-vllm026-eager-1b-2026-11-30.log"
+    findings = {f["id"]: f for f in diagnose_text(log.read_text(), "H200")}
+    assert findings["enforce-eager"]["severity"] == "warning"
+    assert not [f for f in findings.values() if f["severity"] == "error"]

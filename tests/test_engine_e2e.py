@@ -135,23 +135,25 @@ def test_serve_profile_cpu_then_sigterm_leaves_nothing_running(
     port = free_port()
     log = tmp_path / "serve.log"
     argv = [*serve_argv(engine_python, tiny_model, port), "--log-file", str(log), "--quiet"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file, text=True)
     try:
+        # wait until nemolaunch itself says it serves (not just until the port answers)
         deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                    break
-            except OSError:
-                time.sleep(1)
-        assert proc.poll() is None, proc.communicate()[1]
+        while time.monotonic() < deadline and proc.poll() is None and "serving http" not in err_path.read_text():
+            time.sleep(0.5)
+        assert proc.poll() is None, err_path.read_text()
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 2  # the API server and its engine core
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5):
+            pass
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = err_path.read_text()
     assert proc.returncode == 130, err
     assert f"serving http://127.0.0.1:{port}" in err and "profile cpu" in err
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
