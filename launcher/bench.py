@@ -511,14 +511,19 @@ def _digest(prompts: list[str]) -> str:
 
 
 def provenance(cfg: BenchConfig, info: dict[str, Any], served: dict[str, Any] | None) -> dict[str, Any]:
-    from checks.facts import nvml_facts
+    """Who measured what: the server, how nemolaunch launched it, the GPU, driver and (when nemolaunch started the
+    server) the engine's packages, the client and its exact arguments."""
+    from checks.facts import nvml_facts, stack_facts
 
     nvml = nvml_facts()
+    stack = stack_facts(Path(served["python"])) if served and served.get("python") else {}
     return {
         "server": {"url": cfg.url, "version": info["version"], "models": info["models"]},
         "launched_by_nemolaunch": served,
         "gpu": nvml.get("gpus") if nvml.get("ok") else None,
         "driver": nvml.get("driver"),
+        "cuda_driver": nvml.get("cuda_driver"),
+        "stack": stack.get("packages"),
         "client": {
             "nemolaunch": __version__,
             "python": platform.python_version(),

@@ -421,6 +421,7 @@ def bench(
             "argv": plan.argv,
             "env": plan.rendered.env,
             "vllm_version": plan.rendered.vllm_version,
+            "python": str(plan.interpreter.path),
         }
         log_path = out / "server.log"
         out.mkdir(parents=True, exist_ok=True)
