@@ -27,10 +27,14 @@ VLLM_BENCH = (
 )
 
 
+PIN: list[str] = []  # e.g. taskset -c 1: keep both clients off the core the CPU engine computes on
+
+
 def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) -> dict[str, float]:
     folder = tmp / f"ours-{c}-{len(list(tmp.iterdir()))}"
     subprocess.run(
         [
+            *PIN,
             sys.executable,
             "-m",
             "launcher",
@@ -70,6 +74,7 @@ def theirs(
     name = f"vllm-{c}-{len(list(tmp.iterdir()))}.json"
     subprocess.run(
         [
+            *PIN,
             engine,
             "-c",
             VLLM_BENCH,
@@ -158,5 +163,8 @@ if __name__ == "__main__":
     parser.add_argument("--engine", required=True)
     parser.add_argument("--model", default="build/tiny-llama")
     parser.add_argument("--tokenizer", default="build/tiny-llama")
+    parser.add_argument("--client-cpu", help="run both clients on this CPU (taskset), away from the engine's")
     args = parser.parse_args()
+    if args.client_cpu:
+        PIN[:] = ["taskset", "-c", args.client_cpu]
     accuracy(args) if args.mode == "accuracy" else ceiling(args)
