@@ -537,19 +537,55 @@ def provenance(cfg: BenchConfig, info: dict[str, Any], served: dict[str, Any] | 
 
 
 def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Callable[[str], None]) -> SweepOutcome:
-    """The sweep; on Ctrl-C the summary says where it stopped and every finished request is in requests.jsonl."""
+    """The sweep; on Ctrl-C the summary says where it stopped and every finished request is in requests.jsonl.
+    report.md and the plots are written for whatever levels were measured."""
     if (out / "summary.json").exists():
         raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
     try:
-        return asyncio.run(sweep(cfg, out, served, say))
+        outcome = asyncio.run(sweep(cfg, out, served, say))
     except KeyboardInterrupt:
         doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
         where = (doc.get("stopped_at") or {}).get("concurrency")
-        return SweepOutcome(
+        outcome = SweepOutcome(
             ExitCode.INTERRUPTED,
             f"interrupted at concurrency {where}; the levels measured so far and every finished request are in {out}",
             doc,
         )
+    if outcome.summary.get("levels"):
+        from launcher.compare import write_report
+
+        write_report([{**outcome.summary, "_folder": str(out)}], out, [])
+    return outcome
+
+
+def run_served(
+    profile_ref: str,
+    model: str,
+    python: Path | None,
+    port: int,
+    cfg_args: dict[str, Any],
+    out: Path,
+    say: Callable[[str], None],
+) -> SweepOutcome:
+    """Start vLLM with a profile (nemolaunch serve's machinery), sweep it, stop it; the server's log goes to
+    OUT/server.log and the profile and argv into the provenance."""
+    from launcher import serve
+
+    plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
+    for warning in serve.warnings(plan):
+        say(f"warning: {warning}")
+    served: dict[str, Any] = {
+        "profile": plan.profile.name,
+        "settings": plan.profile.settings,
+        "argv": plan.argv,
+        "env": plan.rendered.env,
+        "vllm_version": plan.rendered.vllm_version,
+        "python": str(plan.interpreter.path),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    with serve.launched(plan, model, out / "server.log", say, echo_log=None) as running:
+        served["startup_s"] = round(running.startup_s, 1)
+        return run(BenchConfig(url=plan.url, model=running.models[0], **cfg_args), out, served, say)
 
 
 def table_rows(levels: list[dict[str, Any]]) -> list[list[object]]:

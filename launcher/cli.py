@@ -10,7 +10,6 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -33,7 +32,7 @@ PYTHON_OPTION = click.option(
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=EXIT_CODES_HELP,
 )
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and child-process output.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the traceback behind an error.")
 @click.version_option(__version__, prog_name="nemolaunch")
 def cli(verbose: bool) -> None:
     """Doctor, probe, profile, serve and benchmark vLLM on new NVIDIA GPUs.
@@ -377,7 +376,6 @@ def bench(
     import time
 
     from launcher import bench as stage
-    from launcher import compare as report
     from launcher.errors import BadInput
     from launcher.output import json_document, table
 
@@ -409,29 +407,9 @@ def bench(
         cfg = stage.BenchConfig(url=url.rstrip("/"), model=model, **cfg_args)  # type: ignore[arg-type]
         outcome = stage.run(cfg, out, None, say)
     else:
-        from launcher import serve
-
         assert profile_ref and model
-        plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
-        for warning in serve.warnings(plan):
-            click.secho(f"warning: {warning}", fg="yellow", err=True)
-        served: dict[str, Any] = {
-            "profile": plan.profile.name,
-            "settings": plan.profile.settings,
-            "argv": plan.argv,
-            "env": plan.rendered.env,
-            "vllm_version": plan.rendered.vllm_version,
-            "python": str(plan.interpreter.path),
-        }
-        log_path = out / "server.log"
-        out.mkdir(parents=True, exist_ok=True)
-        with serve.launched(plan, model, log_path, say, echo_log=None) as running:
-            cfg = stage.BenchConfig(url=plan.url, model=running.models[0], **cfg_args)  # type: ignore[arg-type]
-            served["startup_s"] = round(running.startup_s, 1)
-            outcome = stage.run(cfg, out, served, say)
+        outcome = stage.run_served(profile_ref, model, python, port, cfg_args, out, say)
     levels = outcome.summary.get("levels", [])
-    if levels:
-        report.write_report([{**outcome.summary, "_folder": str(out)}], out, [])
     if as_json:
         click.echo(json_document("bench", {k: v for k, v in outcome.summary.items() if k != "schema"}))
     else:
