@@ -83,6 +83,16 @@ def model_shapes(model: Path) -> list[tuple[int, int]]:
     return [(h + 2 * kv * head_dim, h), (2 * inter, h), (h, inter)]
 
 
+def shapes_for(chain: str, nk: list[tuple[int, int]]) -> list[list[int]]:
+    """[M, N, K] per probe. GEMMs: M tokens x (N, K) weights. MoE: M tokens, expert intermediate N, hidden K.
+    Attention: M sequences, N new query tokens each, K tokens of context (decode: N=1; prefill: N=K)."""
+    if chain.endswith("_moe"):
+        return [[m, 2048, 4096] for m in (16, 256, 2048)]
+    if chain == "attention":
+        return [[m, 1, 4096] for m in (1, 16, 64)] + [[1, 2048, 2048]]
+    return [[m, n, k] for n, k in nk for m in DECODE_M + PREFILL_M]
+
+
 def read_chains(
     python: Path, capability: tuple[int, int]
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], str | None]:
@@ -195,10 +205,7 @@ def run(
         if (k.chain, k.kernel) not in probed:
             k.error = "nemolaunch has no probe for this kernel yet"
             continue
-        if k.chain == "fp8_moe":
-            shapes = [[m, 2048, 4096] for m in (16, 256, 2048)]  # MoE: hidden 4096, expert intermediate 2048
-        else:
-            shapes = [[m, n, kk] for n, kk in nk for m in DECODE_M + PREFILL_M]
+        shapes = shapes_for(k.chain, nk)
         progress(f"{k.chain}: {k.kernel}")
         result = run_kernel(interpreter.path, {"chain": k.chain, "kernel": k.kernel, "shapes": shapes}, timeout_s)
         k.status, k.error = result["status"], result.get("error")
