@@ -63,6 +63,10 @@ def speed(probe: dict[str, Any], chain: str, kernel: str) -> float | None:
     return None
 
 
+def _shape_count(probe: dict[str, Any], chain: str, kernel: str) -> int:
+    return next((len(k["shapes"]) for k in probe["kernels"] if k["chain"] == chain and k["kernel"] == kernel), 0)
+
+
 def _where(probe: dict[str, Any]) -> str:
     gpu = probe.get("gpu") or {}
     return f"probe on {gpu.get('name', 'this GPU')} with vLLM {probe.get('vllm_version')} ({probe['_path']})"
@@ -92,19 +96,29 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
             if k["declared"] is not False
         ]
         disabled += ahead
-        reasons.append(f"{chain}: {pick} measured fastest and correct, vLLM would pick {default}")
+        gain = (
+            f" by {(theirs / ours - 1) * 100:.1f}% (geomean over {_shape_count(probe, chain, pick)} shapes)"
+            if (ours and theirs)
+            else ""
+        )
+        reasons.append(f"{chain}: {pick} measured fastest and correct{gain}; vLLM would pick {default}")
     if disabled:
         settings["disabled_kernels"] = disabled
         why["disabled_kernels"] = "; ".join(reasons) + f" ({_where(probe)})"
-    for chain in MOE_CHAINS:
+    for chain, setting in [*((c, "moe_backend") for c in MOE_CHAINS), ("attention", "attention_backend")]:
+        if setting in settings:
+            continue
         pick = probe["recommended"].get(chain)
-        if pick:
-            settings["moe_backend"] = pick.lower()
-            why["moe_backend"] = f"{chain}: {pick} measured fastest and correct ({_where(probe)})"
-            break
-    if probe["recommended"].get("attention"):
-        settings["attention_backend"] = probe["recommended"]["attention"]
-        why["attention_backend"] = f"measured fastest and correct ({_where(probe)})"
+        usable = [k["kernel"] for k in _members(probe, chain) if k["status"] == "ok"]
+        if not pick or len(usable) < 2:  # one measured candidate is no comparison
+            if pick:
+                notes.append(f"{chain}: only {pick} could be measured among vLLM's candidates: nothing to choose")
+            continue
+        if pick == usable[0]:  # the first working kernel in vLLM's own order: vLLM's choice, confirmed
+            notes.append(f"{chain}: {pick}, first in vLLM's order, also measured fastest: left to vLLM")
+            continue
+        settings[setting] = pick.lower() if setting == "moe_backend" else pick
+        why[setting] = f"{chain}: {pick} measured fastest and correct of {', '.join(usable)} ({_where(probe)})"
     return settings, why
 
 

@@ -65,6 +65,7 @@ class ProbeReport:
             "vllm_version": self.vllm_version,
             "chain_sources": self.sources,
             "recommended": self.recommended,
+            "fastest_measured": self.fastest,
             "seconds": round(self.seconds, 1),
             "kernels": [k.__dict__ for k in self.kernels],
         }

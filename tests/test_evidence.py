@@ -46,9 +46,13 @@ def test_write_from_the_h200_evidence(tmp_path: Path, capsys: pytest.CaptureFixt
     prof = load_profile(str(out))
     assert prof.settings["cuda_graphs"] is True and prof.settings["gpu_memory_utilization"] == 0.9
     assert set(prof.settings) <= set(prof.why)
-    # per-tensor torch beat vLLM's CUTLASS by under 5% (geomean): not enough to override vLLM's choice
-    assert "disabled_kernels" not in prof.settings
-    assert "within the 5% margin" in out.read_text()
+    # per-tensor torch beat vLLM's CUTLASS by 6.4% (geomean over 15 shapes): past the 5% margin, so vLLM is
+    # steered away from CUTLASS; FlashInfer (faster still) is declared unsupported on SM90 and needs no disabling
+    assert prof.settings["disabled_kernels"] == ["CutlassFP8ScaledMMLinearKernel"]
+    assert "by 6.4% (geomean over 15 shapes)" in prof.why["disabled_kernels"]
+    text = out.read_text()
+    assert "attention: FLASH_ATTN, first in vLLM's order, also measured fastest: left to vLLM" in text
+    assert "fp8_moe: only TRITON could be measured" in text and "moe_backend" not in prof.settings
 
 
 def test_a_clear_winner_disables_the_kernels_ahead_of_it(tmp_path: Path) -> None:
@@ -76,19 +80,20 @@ def test_a_clear_winner_disables_the_kernels_ahead_of_it(tmp_path: Path) -> None
 
 def test_recheck_says_when_the_ranking_changed() -> None:
     doc = probe_doc()
-    assert all(ok for *_, ok in recheck(load_profile("sm90"), doc))  # 2.8% apart: within the margin
-    slower = copy.deepcopy(doc)
-    for k in slower["kernels"]:
-        if k["kernel"] == "CutlassFP8ScaledMMLinearKernel":
-            for s in k["shapes"]:
-                s["relative"] = 1.5
-    ((chain, got, pick, ok),) = recheck(load_profile("sm90"), slower)
-    assert (chain, got, pick, ok) == (
+    # sm90 leaves the FP8 kernel to vLLM (CUTLASS); this capture measured per-tensor torch 6.4% faster
+    ((chain, got, pick, ok),) = recheck(load_profile("sm90"), doc)
+    assert (chain, got, pick) == (
         "fp8_dense",
         "CutlassFP8ScaledMMLinearKernel",
         "PerTensorTorchFP8ScaledMMLinearKernel",
-        False,
     )
+    assert not ok
+    close = copy.deepcopy(doc)
+    for k in close["kernels"]:
+        if k["kernel"] == "CutlassFP8ScaledMMLinearKernel":
+            for s in k["shapes"]:
+                s["relative"] = 1.06  # within 5% of the winner's 1.041: not worth a change
+    assert all(ok for *_, ok in recheck(load_profile("sm90"), close))
 
 
 def test_memory_leaves_the_seeds_headroom() -> None:
