@@ -162,58 +162,48 @@ def moe_triton_fp8(m, n, k):
 
 
 def paged_inputs(m, n, k, heads=32, kv_heads=8, head_dim=128, block=16):
-    """m sequences, each with n new query tokens at the end of a k-token context, KV in a shuffled paged cache."""
+    """m sequences, each with n new query tokens at the end of a k-token context, KV in a shuffled paged cache.
+    Returns the keyword arguments both paged-attention kernels take (output poisoned with NaN) and the reference."""
     blocks_per_seq = -(-k // block)
     num_blocks = m * blocks_per_seq + 1
     q = torch.randn(m * n, heads, head_dim, device="cuda", dtype=torch.bfloat16)
     k_cache = torch.randn(num_blocks, block, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn(num_blocks, block, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
     table = torch.randperm(num_blocks - 1, device="cuda", dtype=torch.int32)[: m * blocks_per_seq].view(m, -1)
-    cu_q = torch.arange(0, m * n + 1, n, device="cuda", dtype=torch.int32)
-    seqused = torch.full((m,), k, device="cuda", dtype=torch.int32)
     scale = head_dim**-0.5
     ref = torch.empty(m * n, heads, head_dim, device="cuda")
+    group = heads // kv_heads
     for i in range(m):
-        kk = (
-            k_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(heads // kv_heads, 1)
-        )
-        vv = (
-            v_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(heads // kv_heads, 1)
-        )
-        qq = q[i * n : (i + 1) * n].float()
-        scores = torch.einsum("qhd,khd->hqk", qq, kk) * scale
+        kk = k_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(group, 1)
+        vv = v_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q[i * n : (i + 1) * n].float(), kk) * scale
         pos_q = torch.arange(k - n, k, device="cuda")[:, None]
         scores = scores.masked_fill(torch.arange(k, device="cuda")[None, :] > pos_q, float("-inf"))
         ref[i * n : (i + 1) * n] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), vv)
-    return q, k_cache, v_cache, table, cu_q, seqused, scale, ref
+    kwargs = {
+        "q": q,
+        "k": k_cache,
+        "v": v_cache,
+        "out": torch.full_like(q, float("nan")),
+        "cu_seqlens_q": torch.arange(0, m * n + 1, n, device="cuda", dtype=torch.int32),
+        "max_seqlen_q": n,
+        "seqused_k": torch.full((m,), k, device="cuda", dtype=torch.int32),
+        "max_seqlen_k": k,
+        "softmax_scale": scale,
+        "causal": True,
+        "block_table": table,
+    }
+    return kwargs, ref
 
 
 def attention_triton(m, n, k):
     from vllm.v1.attention.ops.triton_unified_attention import unified_attention
 
-    q, kc, vc, table, cu_q, seqused, scale, ref = paged_inputs(m, n, k)
-    out = torch.full_like(q, float("nan"))
+    kwargs, ref = paged_inputs(m, n, k)
 
     def run():
-        unified_attention(
-            q=q,
-            k=kc,
-            v=vc,
-            out=out,
-            cu_seqlens_q=cu_q,
-            max_seqlen_q=n,
-            seqused_k=seqused,
-            max_seqlen_k=k,
-            softmax_scale=scale,
-            causal=True,
-            window_size=(-1, -1),
-            block_table=table,
-            softcap=0,
-            q_descale=None,
-            k_descale=None,
-            v_descale=None,
-        )
-        return out
+        unified_attention(**kwargs, window_size=(-1, -1), softcap=0, q_descale=None, k_descale=None, v_descale=None)
+        return kwargs["out"]
 
     return run, ref
 
@@ -221,27 +211,12 @@ def attention_triton(m, n, k):
 def attention_flash(m, n, k):
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
-    q, kc, vc, table, cu_q, seqused, scale, ref = paged_inputs(m, n, k)
-    out = torch.full_like(q, float("nan"))
+    kwargs, ref = paged_inputs(m, n, k)
     version = 3 if torch.cuda.get_device_capability()[0] == 9 else 2
 
     def run():
-        flash_attn_varlen_func(
-            q=q,
-            k=kc,
-            v=vc,
-            out=out,
-            cu_seqlens_q=cu_q,
-            max_seqlen_q=n,
-            seqused_k=seqused,
-            max_seqlen_k=k,
-            softmax_scale=scale,
-            causal=True,
-            window_size=[-1, -1],
-            block_table=table,
-            fa_version=version,
-        )
-        return out
+        flash_attn_varlen_func(**kwargs, window_size=[-1, -1], fa_version=version)
+        return kwargs["out"]
 
     return run, ref
 
