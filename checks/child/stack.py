@@ -25,7 +25,10 @@ def torch_build() -> dict[str, object]:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return {}
-    text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8", errors="replace")
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # a broken or unusual torch install: report what metadata says, not a crash
+        return {}
     found = dict(re.findall(r"^(\w+)\s*(?::\s*[^=]+)?=\s*'([^']*)'", text, re.MULTILINE))
     return {"cuda": found.get("cuda"), "git_version": found.get("git_version")}
 
