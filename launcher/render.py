@@ -162,7 +162,7 @@ class EngineSurface:
 
 def verify(rendered: Rendered, surface: EngineSurface) -> None:
     """Refuse flags the installed parser does not know and env vars its registry does not list."""
-    unknown_flags = [a for a in rendered.args if a.startswith("--") and a not in surface.options]
+    unknown_flags = [a for a in rendered.args if a.startswith("--") and a.split("=", 1)[0] not in surface.options]
     unknown_env = [k for k in rendered.env if k.startswith("VLLM_") and k not in surface.env_vars]
     if unknown_flags or unknown_env:
         what = ", ".join([*unknown_flags, *unknown_env])

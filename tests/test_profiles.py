@@ -128,3 +128,12 @@ def test_serve_warns_about_eager_mode_and_open_binding(tmp_path: Path, capsys: p
     err = capsys.readouterr().err
     assert "--enforce-eager" in err and "3.6x" in err
     assert "binding 0.0.0.0 without an API key" in err
+
+
+def test_verify_reads_flag_equals_value(tmp_path: Path) -> None:
+    prof = parse_profile(
+        'schema = 1\n[vllm]\nextra_args = ["--load-format=dummy", "--frobnicate=1"]\n', tmp_path / "p.toml"
+    )
+    surface = EngineSurface("0.33.0", frozenset({"--load-format"}), frozenset())
+    with pytest.raises(BadInput, match="does not know --frobnicate=1"):
+        verify(render(prof, "0.33.0"), surface)
