@@ -178,22 +178,7 @@ def test_serve_refuses_a_port_in_use(engine_python: Path, tiny_model: Path) -> N
 
 
 def test_serve_refuses_a_missing_model(engine_python: Path, tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launcher",
-            "serve",
-            "--profile",
-            "cpu",
-            "--model",
-            str(tmp_path / "no-model"),
-            "--python",
-            str(engine_python),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    missing = tmp_path / "no-model"
+    r = subprocess.run(serve_argv(engine_python, missing, free_port()), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
-    assert f"model path {tmp_path / 'no-model'} does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert f"model path {missing} does not exist" in r.stderr and "Traceback" not in r.stderr
