@@ -58,7 +58,9 @@ def make_app(
             assert request.transport is not None
             request.transport.close()
             raise ConnectionResetError
-        prompt_tokens = len(body.get("prompt", "").split())
+        chat = "messages" in body
+        text_in = body["messages"][-1]["content"] if chat else body.get("prompt", "")
+        prompt_tokens = len(text_in.split()) + (5 if chat else 0)  # a chat template adds tokens
         max_tokens = int(body["max_tokens"])
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -73,8 +75,9 @@ def make_app(
                 await resp.write(b"data: {not json\n\n")
                 continue
             k = min(tokens_per_chunk, max_tokens - i)
+            choice = {"index": 0, "delta": {"content": " w" * k}} if chat else {"index": 0, "text": " w" * k}
             event = {
-                "choices": [{"index": 0, "text": " w" * k}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + k},
             }
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
@@ -90,6 +93,7 @@ def make_app(
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", completions)
     return app
 
 

@@ -257,3 +257,11 @@ def test_compare_of_real_h200_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "437.53" in row1 and "95.32" in row1 and "0.218 (-78.2%)" in row1
     eager = json.loads((fixtures / "h200-eager" / "summary.json").read_text())
     assert any("--enforce-eager" in w for w in eager["warnings"])
+
+
+def test_chat_endpoint_streams_and_checks_completion_length(tmp_path: Path) -> None:
+    with serving(free_port()) as url:
+        outcome = run(cfg(url, endpoint="chat", concurrency=(2,)), tmp_path / "r", None, print)
+    assert outcome.code == ExitCode.OK
+    records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
+    assert all(r["output_tokens"] == 8 and r["prompt_tokens"] == 21 and r["length_ok"] for r in records)
