@@ -161,21 +161,16 @@ def nvcc_facts(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def stack_facts(python: Path) -> dict[str, Any]:
     r = run_python(python, CHILD_DIR / "stack.py", timeout=30)
-    try:
-        data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-        return {"ok": True, **data}
-    except (IndexError, json.JSONDecodeError):
-        reason = "timed out" if r.timed_out else (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"ok": False, "error": reason[:300]}
+    data = r.json()
+    if data is None:
+        return {"ok": False, "error": "timed out" if r.timed_out else r.last_error()}
+    return {"ok": True, **data}
 
 
 def surface_facts(python: Path) -> dict[str, Any]:
     r = run_python(python, CHILD_DIR / "vllm_surface.py", timeout=30)
-    try:
-        data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-        return data
-    except (IndexError, json.JSONDecodeError):
-        return {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    data: dict[str, Any] | None = r.json()
+    return data if data is not None else {"error": r.last_error()}
 
 
 def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[str, Any]:
@@ -206,11 +201,8 @@ def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[s
         r = run_python(python, CHILD_DIR / "imports.py", [module], timeout=IMPORT_TIMEOUT_S)
         if r.timed_out:
             return module, {"ok": False, "error": f"import took over {IMPORT_TIMEOUT_S:.0f} s (killed)"}
-        try:
-            return module, json.loads(r.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-            return module, {"ok": False, "error": f"crashed: {last[:300]}"}
+        answer = r.json()
+        return module, answer if answer is not None else {"ok": False, "error": f"crashed: {r.last_error()}"}
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(pool.map(probe, wanted))

@@ -7,6 +7,7 @@ runs in a child in its own session with a timeout; on timeout the whole process 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,17 @@ class ChildResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    def json(self) -> Any:
+        """The child's answer: the JSON object on its last line of output, or None when there is none."""
+        try:
+            return json.loads(self.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            return None
+
+    def last_error(self) -> str:
+        """The child's last line on stderr: usually the exception that ended it."""
+        return (self.stderr.strip().splitlines() or ["no output"])[-1][:300]
 
 
 def _kill_group(proc: subprocess.Popen[str] | subprocess.Popen[bytes], sig: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import hashlib
 import io
 import json
 import os
@@ -505,8 +506,6 @@ async def _server_gone(session: aiohttp.ClientSession, url: str) -> bool:
 
 
 def _digest(prompts: list[str]) -> str:
-    import hashlib
-
     return hashlib.sha256("\x00".join(prompts).encode()).hexdigest()[:16]
 
 

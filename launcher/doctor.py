@@ -11,7 +11,6 @@ from typing import Any
 
 from checks import REGISTRY, run_checks
 from checks.facts import Facts, gather
-from checks.lockfile import LockError, load
 from checks.result import STATUSES, CheckResult
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode
@@ -62,10 +61,9 @@ def run(
     start = time.monotonic()
     facts = gather(interpreter.path, os.environ, model, use_cache)
     if lock is not None:
-        try:
-            facts["lock"] = load(lock)
-        except LockError as e:
-            raise BadInput(str(e)) from None
+        from launcher.lock import load_or_bad_input
+
+        facts["lock"] = load_or_bad_input(lock)
     return DoctorReport(interpreter, facts, run_checks(facts, only), time.monotonic() - start)
 
 

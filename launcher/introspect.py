@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from checks import child
-from checks.proc import run_python
+from checks.proc import ChildResult, run_python
 from launcher.engine import Interpreter
 from launcher.errors import NemolaunchError, NotReady
 from launcher.output import atomic_write_text
@@ -25,8 +25,7 @@ def _cache_dir() -> Path:
 def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> EngineSurface:
     """The installed vLLM's version, parser options and env registry. Building the parser imports vLLM
     (seconds), so the answer is cached, keyed by the interpreter and the vLLM install's envs.py stamp."""
-    quick = run_python(interpreter.path, SURFACE_SCRIPT, timeout=30)
-    info = _parse(quick.stdout, quick.stderr, interpreter)
+    info = _parse(run_python(interpreter.path, SURFACE_SCRIPT, timeout=30), interpreter)
     envs_py = Path(str(info["package_dir"])) / "envs.py"
     stamp = f"{interpreter.path}|{info['version']}|{envs_py.stat().st_mtime_ns}"
     cache = _cache_dir() / (hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".json")
@@ -36,17 +35,15 @@ def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> Engine
         result = run_python(interpreter.path, SURFACE_SCRIPT, ["--options"], timeout=timeout_s)
         if result.timed_out:
             raise NemolaunchError(f"reading vLLM's argument parser took over {timeout_s:.0f} s")
-        full = _parse(result.stdout, result.stderr, interpreter)
+        full = _parse(result, interpreter)
         atomic_write_text(cache, json.dumps(full))
     return EngineSurface(str(full["version"]), frozenset(full["options"]), frozenset(full["env_vars"]))
 
 
-def _parse(stdout: str, stderr: str, interpreter: Interpreter) -> dict[str, object]:
-    try:
-        info: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        last = (stderr.strip().splitlines() or ["no output"])[-1]
-        raise NemolaunchError(f"cannot inspect vLLM in {interpreter.describe()}: {last}") from None
+def _parse(result: ChildResult, interpreter: Interpreter) -> dict[str, object]:
+    info: dict[str, object] | None = result.json()
+    if info is None:
+        raise NemolaunchError(f"cannot inspect vLLM in {interpreter.describe()}: {result.last_error()}")
     if info.get("error") or not info.get("version"):
         raise NotReady(
             f"vLLM is not installed in {interpreter.describe()}",

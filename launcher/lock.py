@@ -1,11 +1,6 @@
-"""Lockfiles for whole serving stacks: the Python packages pinned with hashes (a requirements file made by a
-resolver) and, in a TOML manifest beside it, the layers below Python that break most: driver, CUDA, GPU family,
-Python version and platform, and where the stack was validated.
-
-    lockfiles/NAME.in     what was asked for (input to `make lock`)
-    lockfiles/NAME.txt    every package pinned with its hashes (uv pip compile --generate-hashes)
-    lockfiles/NAME.toml   the manifest: schema, requirements = "NAME.txt", [python], [host], [validated]
-"""
+"""`nemolaunch lock`: verify the engine's stack and this host against a lock, capture a working stack as one,
+bundle a lock's wheels for offline hosts. The format, its parser and the comparisons are in checks/lockfile.py
+(shared with `doctor --lock`)."""
 
 from __future__ import annotations
 

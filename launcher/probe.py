@@ -98,10 +98,7 @@ def read_chains(
     python: Path, capability: tuple[int, int]
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], str | None]:
     r = run_python(python, CHILD / "vllm_chains.py", [str(capability[0]), str(capability[1])], timeout=180)
-    try:
-        found = json.loads(r.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        found = {"vllm": None, "chains": {}, "errors": {}}
+    found = r.json() or {"vllm": None, "chains": {}, "errors": {}}
     chains, sources = {}, {}
     for name, fallback in chain_table.FALLBACK.items():
         if name in found["chains"]:
@@ -126,13 +123,11 @@ def run_kernel(
             "noise": noise,
             "seconds": r.elapsed_s,
         }
-    try:
-        result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
+    result: dict[str, Any] | None = r.json()
+    if result is None:
         code = r.returncode or 0
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        result = {"status": "crashed", "error": f"{how}: {last[:300]}"}
+        result = {"status": "crashed", "error": f"{how}: {r.last_error()}"}
     return {**result, "noise": noise, "seconds": r.elapsed_s}
 
 
@@ -194,14 +189,12 @@ def run(
         return ProbeReport(None, interpreter, vllm_version, sources, kernels, {}, {}, time.monotonic() - start)
     nk = model_shapes(model) if model else list(DEFAULT_NK)
     listed = run_python(interpreter.path, CHILD / "kernel_probe.py", ["--list"], timeout=120)
-    try:
-        probed = {tuple(pair) for pair in json.loads(listed.stdout.strip().splitlines()[-1])}
-    except (IndexError, json.JSONDecodeError):
-        last = (listed.stderr.strip().splitlines() or ["no output"])[-1]
+    if listed.json() is None:
         raise NotReady(
-            f"the probe harness does not start in {interpreter.describe()}: {last}",
+            f"the probe harness does not start in {interpreter.describe()}: {listed.last_error()}",
             "the engine's Python needs torch with CUDA",
-        ) from None
+        )
+    probed = {tuple(pair) for pair in listed.json()}
     for k in kernels:
         if (k.chain, k.kernel) not in probed:
             k.error = "nemolaunch has no probe for this kernel yet"

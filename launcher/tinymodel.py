@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,14 +23,14 @@ def build(python: Path, out_dir: Path, timeout_s: float = 300.0) -> str:
         if result.timed_out:
             raise NemolaunchError(f"building the tiny model took over {timeout_s:.0f} s", "rerun with -v")
         if not result.ok:
-            last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+            last = result.last_error()
             if "No module named" in last:
                 raise NotReady(
                     f"{python} cannot build the model: {last}",
                     "name the engine's interpreter with --python (make engine builds one)",
                 )
             raise NemolaunchError(f"building the tiny model failed: {last}")
-        info = json.loads(result.stdout.strip().splitlines()[-1])
+        info = result.json()
         if out_dir.exists():
             out_dir.rmdir()
         tmp.chmod(0o755)
