@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -132,3 +134,65 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> int | No
             break
         time.sleep(0.05)
     return code
+
+
+class Conversation:
+    """A child that answers in JSON lines while it runs (the probe harness): send it one request, then read
+    its answers as they come, each within a deadline. It runs in its own session; close() kills the group."""
+
+    def __init__(self, argv: Sequence[str | os.PathLike[str]], env: Mapping[str, str] | None = None) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the conversation)
+        self._buffer = b""
+        self.proc = subprocess.Popen(
+            [str(a) for a in argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+
+    def __enter__(self) -> Conversation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died: receive() says so
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.close()
+
+    def receive(self, timeout: float) -> Any:
+        """The next JSON value it prints (other lines are skipped); None once it has ended.
+        Raises TimeoutError when nothing arrives within timeout seconds."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                with contextlib.suppress(json.JSONDecodeError):
+                    return json.loads(line)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError(f"no answer within {timeout:.0f} s")
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return None
+            self._buffer += data
+
+    def last_error(self) -> str:
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+        return (lines or ["no output"])[-1][:300]
+
+    def close(self) -> None:
+        _kill_group(self.proc, signal.SIGKILL)
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._stderr.close()

@@ -60,3 +60,17 @@ FALLBACK: dict[str, list[str]] = {
 }
 # kernels probed next to a chain as a yardstick; they are not part of vLLM's chain
 BASELINES: dict[str, list[str]] = {"fp8_dense": ["bf16 (unquantized baseline)"], "fp8_moe": ["TRITON (bf16 weights)"]}
+# why a kernel of a chain is not run by the probe (read against vLLM 0.26's sources, 2026-11-30)
+NOT_PROBED: dict[str, str] = {
+    "AITER": "ROCm only (AMD's AITER library)",
+    "XPU": "Intel GPUs only",
+    "CPU": "the CPU backend",
+    "HPC": "not a CUDA backend",
+    "DEEPGEMM": "block-scaled FP8 weights only (vLLM asserts weight_block_size); the probe's FP8 is per tensor",
+    "BATCHED_DEEPGEMM": "block-scaled FP8 with expert-parallel batched activations; not a single-GPU candidate",
+    "BATCHED_VLLM_CUTLASS": "the batched activation format of expert parallelism; not a single-GPU candidate",
+    "BATCHED_TRITON": "the batched activation format of expert parallelism; not a single-GPU candidate",
+    "EMULATION": "dequantizes to bf16 in PyTorch: a correctness fallback, not a speed candidate",
+    "EmulationNvFp4LinearKernel": "dequantizes to bf16 in PyTorch: a correctness fallback, not a speed candidate",
+    "TURBOQUANT": "reads a TurboQuant-compressed KV cache (a --kv-cache-dtype choice); the probe's KV cache is bf16",
+}

@@ -134,12 +134,24 @@ def probe(
     """
     from launcher import probe as stage
     from launcher.errors import NotReady
+    from launcher.evidence import MARGIN, recheck, rechecked_chains
     from launcher.output import json_document, table
+    from launcher.profiles import load_profile
 
     chains = [c.strip() for c in only.split(",") if c.strip()] if only else None
+    steered = load_profile(recheck_ref) if recheck_ref else None
+    if steered and not chains:
+        chains = rechecked_chains(steered)
     report = stage.run(python, model, timeout_s, chains, progress=lambda m: click.echo(f"probing {m}", err=True))
+    doc = report.to_json()
+    checked = recheck(steered, doc) if steered and report.gpu else []
     if as_json:
-        click.echo(json_document("probe", report.to_json()))
+        if steered:
+            doc["recheck"] = [
+                {"chain": c, "profile_gets": got, "probe_recommends": pick, "still_best": ok}
+                for c, got, pick, ok in checked
+            ]
+        click.echo(json_document("probe", doc))
     else:
         gpu = report.gpu
         where = f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})" if gpu else "no GPU"
@@ -172,11 +184,26 @@ def probe(
                 pick, top = report.recommended.get(chain), report.fastest.get(chain)
                 extra = f" (fastest measured: {top}, which vLLM declares unsupported here)" if top != pick else ""
                 click.echo(f"recommended: {pick or 'none measured'}{extra}")
+        if steered and checked:
+            click.echo(
+                f"\nrecheck of profile {steered.name} (within {MARGIN - 1:.0%} of the fastest counts as still best)"
+            )
+            verdicts = [(c, got, pick or "-", "yes" if ok else "NO") for c, got, pick, ok in checked]
+            click.echo(table(["chain", "profile gets", "probe recommends", "still best"], verdicts))
     if report.gpu is None:
         raise NotReady(
             "probes need an NVIDIA GPU (the chains above were read, nothing was run)",
             "run nemolaunch probe on the GPU host",
         )
+    if report.interrupted:
+        return ExitCode.INTERRUPTED
+    if steered and not all(ok for *_, ok in checked):
+        click.echo(
+            f"nemolaunch: profile {steered.name} no longer picks the fastest kernel everywhere; "
+            "fix: nemolaunch profile write from this probe's --json",
+            err=True,
+        )
+        return ExitCode.PROBLEM
     return ExitCode.OK
 
 

@@ -179,6 +179,17 @@ def _toml(value: Any) -> str:
     return json.dumps(value)
 
 
+def rechecked_chains(profile: ServingProfile) -> list[str]:
+    """The chains whose kernel choice the profile decides (the dense ones always: vLLM picks there unless
+    the profile disables kernels)."""
+    chains = list(LINEAR_CHAINS)
+    if profile.settings.get("moe_backend"):
+        chains += MOE_CHAINS
+    if profile.settings.get("attention_backend"):
+        chains.append("attention")
+    return chains
+
+
 def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, str, str | None, bool]]:
     """Per chain the profile steers: (chain, what the profile gets, what the probe now recommends, still best
     within MARGIN)."""

@@ -1,17 +1,19 @@
 """`nemolaunch probe`: run the kernels of vLLM's priority chains on this GPU, isolated, and rank them by speed.
 
-Each kernel runs in its own child process with a timeout (launcher/child/kernel_probe.py), so an illegal
-memory access, a hang or an autotuner storm takes down only that probe. A kernel is recommended only if it
-ran every shape, passed the numerics check and never failed; among those, the one with the lowest geometric
-mean of its time relative to the fastest kernel at each shape (decode-like and prefill-like shapes weigh the
-same), because the winner at M=256 is not the winner at M=2048 (H200, 2026-11-30).
+One harness process (launcher/child/kernel_probe.py) imports torch and vLLM once, then forks one child per
+kernel with a timeout, so an illegal memory access, a hang or an autotuner storm takes down only that probe.
+Up to PARALLEL children set up and check their kernels at once (JIT compiles overlap); only one at a time is
+timed. The harness starts while the chains are being read, so the two imports of vLLM overlap too.
+
+A kernel is recommended only if it ran every shape, passed the numerics check and never failed; among those,
+the one with the lowest geometric mean of its time relative to the fastest kernel at each shape (decode-like and
+prefill-like shapes weigh the same), because the winner at M=256 is not the winner at M=2048 (H200, 2026-11-30).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.facts import nvml_facts
-from checks.proc import run_python
+from checks.proc import Conversation, run_python
 from launcher import chains as chain_table
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, NotReady
@@ -27,7 +29,8 @@ from launcher.errors import BadInput, NotReady
 CHILD = Path(__file__).resolve().parent / "child"
 DECODE_M, PREFILL_M = (1, 16, 64, 256), (2048,)
 DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))  # a Llama-8B-like layer: qkv/o, gate_up, down
-NOISE = re.compile(r"Skipping tactic|\[Autotuner\]|Error Internal|UserWarning|falling back", re.IGNORECASE)
+PARALLEL = 4  # kernels set up side by side; more mostly adds GPU memory and CPU contention for JIT compiles
+HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
 
 
 @dataclass
@@ -41,7 +44,8 @@ class KernelResult:
     error: str | None = None
     shapes: list[dict[str, Any]] = field(default_factory=list)
     noise_lines: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # from its fork to its result, including the wait for its turn to be timed
+    setup_s: float | None = None  # set-up and first call of every shape: JIT compiles land here
 
     def usable(self) -> bool:
         return self.status == "ok" and bool(self.shapes)
@@ -57,6 +61,7 @@ class ProbeReport:
     recommended: dict[str, str | None]
     fastest: dict[str, str | None]
     seconds: float
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +72,7 @@ class ProbeReport:
             "recommended": self.recommended,
             "fastest_measured": self.fastest,
             "seconds": round(self.seconds, 1),
+            "interrupted": self.interrupted,
             "kernels": [k.__dict__ for k in self.kernels],
         }
 
@@ -110,27 +116,6 @@ def read_chains(
     return chains, sources, found["vllm"]
 
 
-def run_kernel(
-    python: Path, spec: dict[str, Any], timeout_s: float, script: Path = CHILD / "kernel_probe.py"
-) -> dict[str, Any]:
-    """One kernel in one child; a hang is killed at timeout_s, a crash is classified by its exit."""
-    r = run_python(python, script, [json.dumps(spec)], timeout=timeout_s)
-    noise = sum(1 for line in (r.stdout + r.stderr).splitlines() if NOISE.search(line))
-    if r.timed_out:
-        return {
-            "status": "timed-out",
-            "error": f"no result within {timeout_s:.0f} s (killed)",
-            "noise": noise,
-            "seconds": r.elapsed_s,
-        }
-    result: dict[str, Any] | None = r.json()
-    if result is None:
-        code = r.returncode or 0
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        result = {"status": "crashed", "error": f"{how}: {r.last_error()}"}
-    return {**result, "noise": noise, "seconds": r.elapsed_s}
-
-
 def geomean_relative(k: KernelResult) -> float:
     return math.exp(sum(math.log(s["relative"]) for s in k.shapes) / len(k.shapes))
 
@@ -171,38 +156,85 @@ def run(
     nvml = nvml_facts()
     gpu = nvml["gpus"][0] if nvml.get("ok") and nvml.get("gpus") else None
     capability = (gpu["capability"][0], gpu["capability"][1]) if gpu else (9, 0)
-    chains, sources, vllm_version = read_chains(interpreter.path, capability)
-    unknown = [c for c in only or [] if c not in chains]
-    if unknown:
-        raise BadInput(f"unknown chain {', '.join(unknown)}", f"pick from {', '.join(chains)}")
-    kernels: list[KernelResult] = []
-    for chain, members in chains.items():
-        if only and chain not in only:
-            continue
-        entries: list[tuple[int | None, str, bool | None, str | None]] = [
-            (i, m["name"], m.get("declared"), m.get("reason")) for i, m in enumerate(members)
-        ]
-        entries += [(None, b, None, "baseline, not in vLLM's chain") for b in chain_table.BASELINES.get(chain, [])]
-        for position, name, declared, reason in entries:
-            kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
-    if gpu is None:
-        return ProbeReport(None, interpreter, vllm_version, sources, kernels, {}, {}, time.monotonic() - start)
-    nk = model_shapes(model) if model else list(DEFAULT_NK)
-    listed = run_python(interpreter.path, CHILD / "kernel_probe.py", ["--list"], timeout=120)
-    if listed.json() is None:
+    # started first: its imports overlap with the chain reader's
+    harness = Conversation([interpreter.path, CHILD / "kernel_probe.py", "--serve"]) if gpu else None
+    try:
+        chains, sources, vllm_version = read_chains(interpreter.path, capability)
+        unknown = [c for c in only or [] if c not in chains]
+        if unknown:
+            raise BadInput(f"unknown chain {', '.join(unknown)}", f"pick from {', '.join(chains)}")
+        kernels: list[KernelResult] = []
+        for chain, members in chains.items():
+            if only and chain not in only:
+                continue
+            entries: list[tuple[int | None, str, bool | None, str | None]] = [
+                (i, m["name"], m.get("declared"), m.get("reason")) for i, m in enumerate(members)
+            ]
+            entries += [(None, b, None, "baseline, not in vLLM's chain") for b in chain_table.BASELINES.get(chain, [])]
+            for position, name, declared, reason in entries:
+                kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
+        report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0)
+        if harness is not None:
+            nk = model_shapes(model) if model else list(DEFAULT_NK)
+            report.interrupted = _probe_all(harness, kernels, nk, timeout_s, progress)
+    finally:
+        if harness is not None:
+            harness.close()
+    if gpu is not None:
+        report.recommended, report.fastest = rank(kernels)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _probe_all(
+    harness: Conversation,
+    kernels: list[KernelResult],
+    nk: list[tuple[int, int]],
+    timeout_s: float,
+    progress: Callable[[str], None],
+) -> bool:
+    """Hand every kernel the harness can drive to it and record its answers as they come; returns whether the
+    run was interrupted (Ctrl-C). Kernels it never answered for say why."""
+    try:
+        hello = harness.receive(HARNESS_START_S)
+    except TimeoutError:
+        hello = None
+    if not hello or "kernels" not in hello:
         raise NotReady(
-            f"the probe harness does not start in {interpreter.describe()}: {listed.last_error()}",
-            "the engine's Python needs torch with CUDA",
+            f"the probe harness does not start: {harness.last_error()}", "the engine's Python needs torch with CUDA"
         )
-    probed = {tuple(pair) for pair in listed.json()}
+    probed = {tuple(pair) for pair in hello["kernels"]}
+    waiting: dict[tuple[str, str], KernelResult] = {}
     for k in kernels:
-        if (k.chain, k.kernel) not in probed:
-            k.error = "nemolaunch has no probe for this kernel yet"
-            continue
-        shapes = shapes_for(k.chain, nk)
-        progress(f"{k.chain}: {k.kernel}")
-        result = run_kernel(interpreter.path, {"chain": k.chain, "kernel": k.kernel, "shapes": shapes}, timeout_s)
-        k.status, k.error = result["status"], result.get("error")
-        k.shapes, k.noise_lines, k.seconds = result.get("shapes", []), result["noise"], round(result["seconds"], 1)
-    recommended, fastest = rank(kernels)
-    return ProbeReport(gpu, interpreter, vllm_version, sources, kernels, recommended, fastest, time.monotonic() - start)
+        if (k.chain, k.kernel) in probed:
+            waiting[(k.chain, k.kernel)] = k
+        else:
+            k.error = chain_table.NOT_PROBED.get(k.kernel, "nemolaunch has no probe for this kernel yet")
+    jobs = [{"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, nk)} for k in waiting.values()]
+    harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL})
+    progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time")
+    why_unanswered = "the probe harness ended without an answer"
+    try:
+        while waiting:
+            # each kernel phase is bounded by timeout_s in the harness: silence past two phases means it hangs
+            answer = harness.receive(2 * timeout_s + 60)
+            if answer is None:
+                why_unanswered = f"the probe harness died: {harness.last_error()}"
+                break
+            key = (answer.get("chain"), answer.get("kernel"))
+            if key not in waiting:
+                continue
+            k = waiting.pop(key)
+            k.status, k.error = answer["status"], answer.get("error")
+            k.shapes, k.noise_lines = answer.get("shapes", []), answer.get("noise", 0)
+            k.seconds, k.setup_s = answer.get("seconds", 0.0), answer.get("setup_s")
+            progress(f"{k.chain}: {k.kernel}: {k.status} ({k.seconds:.0f} s)")
+    except TimeoutError:
+        why_unanswered = f"the probe harness stopped answering for {2 * timeout_s + 60:.0f} s (killed)"
+    except KeyboardInterrupt:
+        for k in waiting.values():
+            k.error = "interrupted before it finished"
+        return True
+    for k in waiting.values():
+        k.status, k.error = "crashed", why_unanswered
+    return False

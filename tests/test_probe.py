@@ -4,14 +4,25 @@ read from the real installed vLLM."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from launcher.probe import KernelResult, geomean_relative, rank, read_chains, run_kernel
+from checks.proc import Conversation
+from launcher.child.isolate import run_isolated
+from launcher.probe import CHILD, KernelResult, _probe_all, geomean_relative, rank, read_chains
+
+NOISE = re.compile(r"Skipping tactic")
 
 CAPTURE = Path(__file__).parent / "fixtures" / "probe" / "h200-vllm026-2026-11-30.json"
 
@@ -64,27 +75,114 @@ def test_unsupported_fp4_on_sm90_is_contained() -> None:
     assert fp4["status"] == "unsupported" and "CUBLAS_STATUS_NOT_SUPPORTED" in fp4["error"]
 
 
+def hang(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    if job["when"] == "timed":
+        wait_turn()
+    time.sleep(60)
+    return {"status": "ok"}
+
+
+def segfault(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return {"status": "ok"}
+
+
+def dies_with_message(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
+    os._exit(1)
+
+
+def raises(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    raise ValueError("kernel said no")
+
+
+def noisy(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    print("[Autotuner]: Skipping tactic 3\n[Autotuner]: Skipping tactic 4\nall good", flush=True)
+    wait_turn()
+    return {"status": "ok"}
+
+
 @pytest.mark.parametrize(
-    "body, status, needle",
+    "worker, when, status, needle",
     [
-        ("import time; time.sleep(60)", "timed-out", "no result within 2 s"),
-        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "crashed", "killed by signal 11"),
-        ("raise SystemExit('CUDA error: an illegal memory access was encountered')", "crashed", "illegal memory"),
-        ('print(\'[Autotuner]: Skipping tactic 3\'); print(\'{"status": "ok", "shapes": []}\')', "ok", None),
+        (hang, "setup", "timed-out", "no result within 1 s while setting up"),
+        (hang, "timed", "timed-out", "no result within 1 s while being timed"),
+        (segfault, None, "crashed", "killed by signal 11"),
+        (dies_with_message, None, "crashed", "exit code 1 while setting up: RuntimeError: CUDA error: an illegal"),
+        (raises, None, "failed", "ValueError: kernel said no"),
+        (noisy, None, "ok", None),
     ],
-    ids=["hang", "segfault", "dies-with-message", "autotuner-noise"],
+    ids=["hang-in-setup", "hang-while-timed", "segfault", "dies-with-message", "raises", "autotuner-noise"],
 )
 def test_a_probe_that_hangs_or_dies_takes_down_only_itself(
-    tmp_path: Path, body: str, status: str, needle: str | None
+    worker: Callable[..., dict[str, Any]], when: str | None, status: str, needle: str | None
 ) -> None:
-    script = tmp_path / "probe.py"
-    script.write_text(body + "\n")
-    result = run_kernel(Path(sys.executable), {"chain": "c", "kernel": "k", "shapes": []}, 2, script=script)
-    assert result["status"] == status
+    results: dict[str, dict[str, Any]] = {}
+    jobs = [{"name": "bad", "when": when}, {"name": "good", "when": None}]
+
+    def run(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+        if job["name"] == "good":
+            wait_turn()
+            return {"status": "ok", "pid": os.getpid()}
+        return worker(job, wait_turn)
+
+    run_isolated(jobs, run, 1, 2, lambda job, result: results.__setitem__(job["name"], result), NOISE)
+    assert results["good"]["status"] == "ok" and results["good"]["pid"] != os.getpid()
+    assert results["bad"]["status"] == status
     if needle:
-        assert needle in result["error"]
+        assert needle in results["bad"]["error"]
     else:
-        assert result["noise"] == 1
+        assert results["bad"]["noise"] == 2
+
+
+def test_kernels_are_set_up_side_by_side_and_timed_one_at_a_time(tmp_path: Path) -> None:
+    def run(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+        setup = (time.monotonic(), time.sleep(0.3), time.monotonic())
+        wait_turn()
+        timed = (time.monotonic(), time.sleep(0.1), time.monotonic())
+        return {"status": "ok", "setup": [setup[0], setup[2]], "timed": [timed[0], timed[2]]}
+
+    results: list[dict[str, Any]] = []
+    run_isolated([{"n": i} for i in range(4)], run, 30, 4, lambda job, result: results.append(result))
+    timed = sorted(r["timed"] for r in results)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(timed))  # never two timed at once
+    setups = sorted(r["setup"] for r in results)
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(setups))  # set-ups did overlap
+
+
+def test_children_die_with_the_harness(tmp_path: Path) -> None:
+    """nemolaunch kills the harness on Ctrl-C or a timeout; its children must not keep the GPU busy."""
+    pidfile = tmp_path / "pid"
+    script = tmp_path / "harness.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(Path(run_isolated.__code__.co_filename).parent)!r})\n"
+        "from isolate import run_isolated\n"
+        "def work(job, wait_turn):\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(600)\n"
+        "run_isolated([{}], work, 600, 1, lambda job, result: None)\n"
+    )
+    harness = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+        os.kill(child, 0)  # alive while the harness is
+    finally:
+        harness.kill()
+        harness.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the harness's child outlived it")
 
 
 @pytest.mark.engine
@@ -108,3 +206,23 @@ def test_cpu_machine_lists_chains_then_exits_3(engine_python: Path) -> None:
     assert r.returncode == 3
     assert "FlashInferFP8ScaledMMLinearKernel" in r.stdout and "installed vLLM 0.32.0" in r.stdout
     assert r.stderr.strip().splitlines()[-1].startswith("nemolaunch: probes need an NVIDIA GPU")
+
+
+@pytest.mark.engine
+def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path) -> None:
+    """The real harness under the CPU engine: it imports torch and vLLM, forks a child per kernel and answers
+    for each (here: CUDA is missing, which each child reports as its own failure); kernels it has no probe for
+    say why without running."""
+    kernels = [
+        KernelResult("fp8_dense", "PerTensorTorchFP8ScaledMMLinearKernel", 3, True, None, "not-probed"),
+        KernelResult("fp8_moe", "MARLIN", 6, None, None, "not-probed"),
+        KernelResult("fp8_moe", "DEEPGEMM", 3, None, None, "not-probed"),
+    ]
+    seen: list[str] = []
+    with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
+        interrupted = _probe_all(harness, kernels, [(64, 64)], 60, seen.append)
+    assert not interrupted
+    for k in kernels[:2]:
+        assert k.status == "failed" and "CUDA" in (k.error or ""), k
+    assert kernels[2].status == "not-probed" and "block-scaled" in (kernels[2].error or "")
+    assert len([line for line in seen if ": failed (" in line]) == 2

@@ -1,5 +1,13 @@
-"""Run one kernel of one chain on this GPU, check its numerics, time it: python -I kernel_probe.py SPEC_JSON
-SPEC_JSON: {"chain", "kernel", "shapes": [[M, N, K], ...], "repeats"}. Prints one JSON object.
+"""The probe harness: set up, check and time kernels of vLLM's chains on this GPU.
+
+    python kernel_probe.py --list     the (chain, kernel) pairs it can probe, as JSON
+    python kernel_probe.py --serve    imports torch and vLLM once, prints {"kernels": [...]}, reads one request
+                                      {"jobs": [{"chain", "kernel", "shapes": [[M, N, K], ...]}], "timeout_s",
+                                      "parallel"} on stdin, runs each job in a forked child (isolate.py) and
+                                      prints one JSON line per kernel as it ends, then {"done": true}
+
+If importing a module initializes CUDA (forked children could not use the GPU then), the harness starts again
+without importing anything up front and each child imports what it needs.
 
 Each kernel is called through the library call vLLM uses for it. Inputs are fresh random values, never zeros;
 the output is poisoned with NaN first so an unwritten element fails the check. The reference is computed in
@@ -7,21 +15,49 @@ float32 from the same (dequantized) inputs, so the check measures the kernel, no
 medians of CUDA-graph replays (events around each replay), falling back to plain launches if capture fails.
 """
 
+import importlib
 import json
+import os
+import re
 import statistics
 import sys
-import traceback
+import time
+from collections.abc import Callable
 
 import torch
+from isolate import run_isolated
 
 FP8 = torch.float8_e4m3fn
 # relative Frobenius error allowed: bf16 output of exact inputs; and where the kernel itself quantizes an
 # intermediate to FP8 (e4m3 keeps 3 mantissa bits, so a few percent is that rounding, not a bug)
 BOUND = {"bf16": 1e-2, "fp8-internal": 6e-2}
+# lines a kernel prints when an autotuner skips tactics or a library falls back: counted per kernel
+NOISE = re.compile(r"Skipping tactic|\[Autotuner\]|Error Internal|UserWarning|falling back", re.IGNORECASE)
+# imported once by the harness so that each forked child starts warm
+PRELOAD = (
+    "vllm._custom_ops",
+    "vllm.model_executor.layers.fused_moe",
+    "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
+    "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
+    "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",
+    "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",
+    "vllm.v1.attention.ops.triton_unified_attention",
+    "vllm.vllm_flash_attn",
+    "flashinfer",
+)
 
 
 class Unsupported(Exception):
     """The kernel says it cannot run here (capability, missing library): not a failure of the kernel."""
+
+
+class NotProbed(Exception):
+    """The kernel could run here, but this harness cannot drive it yet."""
+
+
+def capability() -> int:
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
 
 
 def quantize_fp8(x: torch.Tensor, per_row: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,9 +89,7 @@ def fp8_cutlass(m, n, k):
     from vllm import _custom_ops as ops
 
     qa, sa, qw, sw, ref = fp8_inputs(m, n, k, per_row=False)
-    if not ops.cutlass_scaled_mm_supports_fp8(
-        torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1]
-    ):
+    if not ops.cutlass_scaled_mm_supports_fp8(capability()):
         raise Unsupported("vLLM's CUTLASS build has no FP8 scaled-mm for this capability")
     b = qw.t()  # K x N, column-major as vLLM stores it
     return (
@@ -97,30 +131,60 @@ def nvfp4_torch(m, n, k):
 def nvfp4_cutlass(m, n, k):
     from vllm import _custom_ops as ops
 
-    cap = torch.cuda.get_device_capability()
-    if not ops.cutlass_scaled_mm_supports_fp4(cap[0] * 10 + cap[1]):
-        raise Unsupported(f"vLLM's CUTLASS FP4 GEMM needs SM100+ (this GPU is sm_{cap[0]}{cap[1]})")
-    raise Unsupported("FP4 weight packing for this probe is not implemented yet")
+    if not ops.cutlass_scaled_mm_supports_fp4(capability()):
+        raise Unsupported(f"vLLM's CUTLASS FP4 GEMM needs SM100+ (this GPU is sm_{capability()})")
+    raise NotProbed("vLLM's CUTLASS FP4 GEMM runs here, but the probe cannot pack FP4 weights for it yet")
 
 
-def moe_triton_bf16(m, n, k):
-    """vLLM's Triton fused MoE (the TRITON backend), unquantized: 8 experts, top-2, as a chain baseline."""
-    from vllm.model_executor.layers.fused_moe import fused_experts
+def marlin_workspace():
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
 
-    e, topk = 8, 2
+    return marlin_make_workspace_new(torch.device("cuda", torch.cuda.current_device()))
+
+
+def fp8_marlin(m, n, k):
+    """MarlinFP8: FP8 weights (one scale per output channel, as vLLM converts per-tensor checkpoints), bf16
+    activations (W8A16)."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp8 import (
+        apply_fp8_marlin_linear,
+        marlin_quant_fp8_torch,
+    )
+
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w1 = torch.randn(e, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    w2 = torch.randn(e, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
-    weights, ids = torch.topk(torch.softmax(torch.randn(m, e, device="cuda"), -1), topk)
-    ids = ids.to(torch.int32)
-    return (lambda: fused_experts(x, w1, w2, weights, ids)), moe_reference(x, w1, w2, weights, ids)
+    w_ref, qweight, scales = marlin_quant_fp8_torch(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5, -1)
+    workspace = marlin_workspace()
+    return (lambda: apply_fp8_marlin_linear(x, qweight, scales, workspace, n, k, None)), x.float() @ w_ref.float()
+
+
+def nvfp4_marlin(m, n, k):
+    """MarlinNvFp4: NVFP4 weights (16-value blocks, e4m3 block scales, a global scale), bf16 activations."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
+        apply_fp4_marlin_linear,
+        rand_marlin_weight_nvfp4_like,
+    )
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    w_ref, qweight, scales, global_scale = rand_marlin_weight_nvfp4_like(w, 16)
+    workspace = marlin_workspace()
+    return (
+        lambda: apply_fp4_marlin_linear(x, qweight, scales, global_scale, workspace, n, k)
+    ), x.float() @ w_ref.float()
+
+
+E, TOPK = 8, 2  # experts and experts per token of the MoE probes
+
+
+def moe_routing(m):
+    weights, ids = torch.topk(torch.softmax(torch.randn(m, E, device="cuda"), -1), TOPK)
+    return weights, ids.to(torch.int32)
 
 
 def moe_reference(x, w1, w2, weights, ids):
-    e = w1.shape[0]
+    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N]."""
     ref = torch.zeros(x.shape[0], w2.shape[1], device=x.device)
     for j in range(ids.shape[1]):
-        for ex in range(e):
+        for ex in range(w1.shape[0]):
             rows = ids[:, j] == ex
             if rows.any():
                 g, u = (x[rows].float() @ w1[ex].float().t()).chunk(2, dim=-1)
@@ -128,21 +192,40 @@ def moe_reference(x, w1, w2, weights, ids):
     return ref
 
 
+def moe_bf16_weights(n, k):
+    w1 = torch.randn(E, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    w2 = torch.randn(E, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
+    return w1, w2
+
+
+def moe_triton_bf16(m, n, k):
+    """vLLM's Triton fused MoE (the TRITON backend), unquantized, as a chain baseline."""
+    from vllm.model_executor.layers.fused_moe import fused_experts
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w1, w2 = moe_bf16_weights(n, k)
+    weights, ids = moe_routing(m)
+    return (lambda: fused_experts(x, w1, w2, weights, ids)), moe_reference(x, w1, w2, weights, ids)
+
+
+def moe_fp8_inputs(m, n, k):
+    """FP8 expert weights with one scale per expert; the reference uses the dequantized weights."""
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w1, w2 = moe_bf16_weights(n, k)
+    q1, s1 = zip(*(quantize_fp8(w1[i], per_row=False) for i in range(E)), strict=True)
+    q2, s2 = zip(*(quantize_fp8(w2[i], per_row=False) for i in range(E)), strict=True)
+    w1q, w2q = torch.stack(q1), torch.stack(q2)
+    w1s, w2s = torch.stack(s1).float().reshape(E), torch.stack(s2).float().reshape(E)
+    weights, ids = moe_routing(m)
+    ref = moe_reference(x, w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None], weights, ids)
+    return x, w1q, w2q, w1s, w2s, weights, ids, ref
+
+
 def moe_triton_fp8(m, n, k):
-    """vLLM's Triton fused MoE with FP8 weights and activations (per-tensor scales): the TRITON FP8 backend."""
+    """vLLM's Triton fused MoE with FP8 weights and dynamic per-tensor FP8 activations: the TRITON backend."""
     import vllm.model_executor.layers.fused_moe  # noqa: F401  (registers torch.ops.vllm.fused_experts)
 
-    e, topk = 8, 2
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w1 = torch.randn(e, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    w2 = torch.randn(e, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
-    q1, s1 = zip(*(quantize_fp8(w1[i], per_row=False) for i in range(e)), strict=True)
-    q2, s2 = zip(*(quantize_fp8(w2[i], per_row=False) for i in range(e)), strict=True)
-    w1q, w2q = torch.stack(q1), torch.stack(q2)
-    w1s, w2s = torch.stack(s1).float().reshape(e), torch.stack(s2).float().reshape(e)
-    weights, ids = torch.topk(torch.softmax(torch.randn(m, e, device="cuda"), -1), topk)
-    ids = ids.to(torch.int32)
-    ref = moe_reference(x, w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None], weights, ids)
+    x, w1q, w2q, w1s, w2s, weights, ids, ref = moe_fp8_inputs(m, n, k)
 
     def run():
         return torch.ops.vllm.fused_experts(
@@ -161,21 +244,92 @@ def moe_triton_fp8(m, n, k):
     return run, ref
 
 
-def paged_inputs(m, n, k, heads=32, kv_heads=8, head_dim=128, block=16):
+def moe_cutlass_fp8(m, n, k):
+    """vLLM's CUTLASS grouped-GEMM FP8 MoE (the VLLM_CUTLASS backend), through run_cutlass_moe_fp8 with the
+    workspaces and strides CutlassExpertsFp8 gives it; activations quantized per tensor, dynamically."""
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.experts.cutlass_moe import run_cutlass_moe_fp8
+
+    if not ops.cutlass_group_gemm_supported(capability()):
+        raise Unsupported(f"vLLM's CUTLASS grouped GEMM is not built for sm_{capability()}")
+    x, w1q, w2q, w1s, w2s, weights, ids, ref = moe_fp8_inputs(m, n, k)
+    out = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
+    workspace13 = torch.empty(m * TOPK, max(2 * n, k), device="cuda", dtype=torch.bfloat16)
+    workspace2 = torch.empty(m * TOPK, max(n, k), device="cuda", dtype=torch.bfloat16)
+    strides_k = torch.full((E,), k, device="cuda", dtype=torch.int64)
+    strides_n = torch.full((E,), n, device="cuda", dtype=torch.int64)
+    strides_2n = torch.full((E,), 2 * n, device="cuda", dtype=torch.int64)
+
+    def run():
+        xq, xs = ops.scaled_fp8_quant(x, None)
+        run_cutlass_moe_fp8(
+            out, xq, w1q, w2q, ids, MoEActivation.SILU, E, None, w1s, w2s, xs, None,
+            strides_k, strides_n, strides_2n, strides_k, workspace13, workspace2, None, torch.bfloat16,
+            False, False, False, weights, None,
+        )  # fmt: skip
+        return out
+
+    return run, ref
+
+
+def moe_marlin(quant: str):
+    """vLLM's Marlin fused MoE (the MARLIN backend): FP8 (one scale per channel) or NVFP4 weights, bf16
+    activations."""
+
+    def setup(m, n, k):
+        from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
+        from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import rand_marlin_weight_nvfp4_like
+        from vllm.model_executor.layers.quantization.utils.marlin_utils_fp8 import marlin_quant_fp8_torch
+        from vllm.scalar_type import scalar_types
+
+        def quantize(w):  # per expert: (dequantized [rows, cols], marlin weight, scales, global scale)
+            if quant == "nvfp4":
+                ref, q, s, g = rand_marlin_weight_nvfp4_like(w, 16)
+                return ref.t(), q, s, g
+            ref, q, s = marlin_quant_fp8_torch(w, -1)
+            return ref.t(), q, s, None
+
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w1, w2 = moe_bf16_weights(n, k)
+        p1 = list(zip(*(quantize(w1[i]) for i in range(E)), strict=True))
+        p2 = list(zip(*(quantize(w2[i]) for i in range(E)), strict=True))
+        (r1, q1, s1), (r2, q2, s2) = (map(torch.stack, p[:3]) for p in (p1, p2))
+        g1, g2 = (torch.stack(p[3]).reshape(E) if quant == "nvfp4" else None for p in (p1, p2))
+        weights, ids = moe_routing(m)
+        kind = scalar_types.float4_e2m1f if quant == "nvfp4" else scalar_types.float8_e4m3fn
+
+        def run():
+            return fused_marlin_moe(
+                hidden_states=x, w1=q1, w2=q2, bias1=None, bias2=None, w1_scale=s1, w2_scale=s2,
+                topk_weights=weights, topk_ids=ids, quant_type_id=kind.id, global_num_experts=E,
+                global_scale1=g1, global_scale2=g2,
+            )  # fmt: skip
+
+        return run, moe_reference(x, r1, r2, weights, ids)
+
+    return setup
+
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16  # a Llama-8B-like attention layer, vLLM's default block size
+
+
+def paged_inputs(m, n, k):
     """m sequences, each with n new query tokens at the end of a k-token context, KV in a shuffled paged cache.
-    Returns the keyword arguments both paged-attention kernels take (output poisoned with NaN) and the reference."""
-    blocks_per_seq = -(-k // block)
+    Returns the keyword arguments both of vLLM's own paged-attention kernels take (output poisoned with NaN) and
+    the float32 reference."""
+    blocks_per_seq = -(-k // BLOCK)
     num_blocks = m * blocks_per_seq + 1
-    q = torch.randn(m * n, heads, head_dim, device="cuda", dtype=torch.bfloat16)
-    k_cache = torch.randn(num_blocks, block, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn(num_blocks, block, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(m * n, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     table = torch.randperm(num_blocks - 1, device="cuda", dtype=torch.int32)[: m * blocks_per_seq].view(m, -1)
-    scale = head_dim**-0.5
-    ref = torch.empty(m * n, heads, head_dim, device="cuda")
-    group = heads // kv_heads
+    scale = HEAD_DIM**-0.5
+    ref = torch.empty(m * n, HEADS, HEAD_DIM, device="cuda")
+    group = HEADS // KV_HEADS
     for i in range(m):
-        kk = k_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(group, 1)
-        vv = v_cache[table[i].long()].reshape(-1, kv_heads, head_dim)[:k].float().repeat_interleave(group, 1)
+        kk = k_cache[table[i].long()].reshape(-1, KV_HEADS, HEAD_DIM)[:k].float().repeat_interleave(group, 1)
+        vv = v_cache[table[i].long()].reshape(-1, KV_HEADS, HEAD_DIM)[:k].float().repeat_interleave(group, 1)
         scores = torch.einsum("qhd,khd->hqk", q[i * n : (i + 1) * n].float(), kk) * scale
         pos_q = torch.arange(k - n, k, device="cuda")[:, None]
         scores = scores.masked_fill(torch.arange(k, device="cuda")[None, :] > pos_q, float("-inf"))
@@ -221,21 +375,58 @@ def attention_flash(m, n, k):
     return run, ref
 
 
-KERNELS = {
+def attention_flashinfer(m, n, k):
+    """FlashInfer's paged wrappers as vLLM's FLASHINFER backend builds them: the decode wrapper with tensor
+    cores for one new token, the prefill wrapper otherwise; backend "auto", buffers fixed for CUDA graphs."""
+    import flashinfer
+
+    kwargs, ref = paged_inputs(m, n, k)
+    table = kwargs["block_table"]
+    pages = table.shape[1]
+    indptr = torch.arange(0, m * pages + 1, pages, device="cuda", dtype=torch.int32)
+    indices = table.reshape(-1).contiguous()
+    last_len = torch.full((m,), k - (pages - 1) * BLOCK, device="cuda", dtype=torch.int32)
+    workspace = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
+    dims = (HEADS, KV_HEADS, HEAD_DIM, BLOCK)
+    types = {"q_data_type": torch.bfloat16, "kv_data_type": torch.bfloat16, "sm_scale": kwargs["softmax_scale"]}
+    if n == 1:
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=indptr,
+            paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last_len,
+        )  # fmt: skip
+        wrapper.plan(indptr, indices, last_len, *dims, **types)
+    else:
+        qo_indptr = kwargs["cu_seqlens_q"]
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=indptr,
+            paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last_len,
+        )  # fmt: skip
+        wrapper.plan(qo_indptr, indptr, indices, last_len, *dims, causal=True, **types)
+    out = kwargs["out"]
+    return (lambda: wrapper.run(kwargs["q"], (kwargs["k"], kwargs["v"]), out=out)), ref
+
+
+KERNELS: dict[tuple[str, str], Callable] = {
     ("fp8_dense", "bf16 (unquantized baseline)"): bf16_baseline,
     ("fp8_dense", "PerTensorTorchFP8ScaledMMLinearKernel"): fp8_torch(per_row=False),
     ("fp8_dense", "ChannelWiseTorchFP8ScaledMMLinearKernel"): fp8_torch(per_row=True),
     ("fp8_dense", "CutlassFP8ScaledMMLinearKernel"): fp8_cutlass,
     ("fp8_dense", "FlashInferFP8ScaledMMLinearKernel"): fp8_flashinfer,
+    ("fp8_dense", "MarlinFP8ScaledMMLinearKernel"): fp8_marlin,
     ("nvfp4_dense", "TorchNvFp4LinearKernel"): nvfp4_torch,
     ("nvfp4_dense", "CutlassNvFp4LinearKernel"): nvfp4_cutlass,
+    ("nvfp4_dense", "MarlinNvFp4LinearKernel"): nvfp4_marlin,
+    ("nvfp4_moe", "MARLIN"): moe_marlin("nvfp4"),
     ("fp8_moe", "TRITON (bf16 weights)"): moe_triton_bf16,
     ("fp8_moe", "TRITON"): moe_triton_fp8,
+    ("fp8_moe", "VLLM_CUTLASS"): moe_cutlass_fp8,
+    ("fp8_moe", "MARLIN"): moe_marlin("fp8"),
     ("attention", "TRITON_ATTN"): attention_triton,
     ("attention", "FLASH_ATTN"): attention_flash,
+    ("attention", "FLASHINFER"): attention_flashinfer,
 }
 # kernels that quantize an intermediate themselves (their bound is the FP8 one)
-INTERNAL_FP8 = {("fp8_moe", "TRITON")}
+INTERNAL_FP8 = {("fp8_moe", "TRITON"), ("fp8_moe", "VLLM_CUTLASS")}
 
 
 def time_us(fn, repeats: int) -> tuple[float, str]:
@@ -268,53 +459,96 @@ def time_us(fn, repeats: int) -> tuple[float, str]:
     return statistics.median(samples), how
 
 
-def probe(spec: dict) -> dict:
+def classify(e: Exception) -> dict | None:
+    """unsupported / unavailable for errors that say the kernel cannot run here; None for a real failure."""
+    text = str(e)
+    if isinstance(e, Unsupported):
+        return {"status": "unsupported", "error": text}
+    if isinstance(e, NotProbed):
+        return {"status": "not-probed", "error": text}
+    if isinstance(e, ImportError) or (
+        isinstance(e, (AttributeError, TypeError)) and ("has no attribute" in text or "argument" in text)
+    ):
+        return {"status": "unavailable", "error": f"{type(e).__name__}: {e}"[:400]}
+    if isinstance(e, RuntimeError) and (
+        "NOT_SUPPORTED" in text or "not supported" in text.lower() or "no kernel image" in text
+    ):
+        return {"status": "unsupported", "error": f"{type(e).__name__}: {text.splitlines()[0]}"[:400]}
+    return None
+
+
+def probe(spec: dict, wait_turn: Callable[[], None]) -> dict:
+    """Set up every shape, run it once and check it (side by side with other kernels), then wait for the
+    turn and time every shape (alone on the GPU)."""
     setup = KERNELS.get((spec["chain"], spec["kernel"]))
     if setup is None:
         return {"status": "not-probed", "error": "nemolaunch has no probe for this kernel yet"}
     torch.manual_seed(0)
-    shapes = []
+    started = time.monotonic()
+    prepared = []
+    bound = BOUND["fp8-internal" if (spec["chain"], spec["kernel"]) in INTERNAL_FP8 else "bf16"]
     for m, n, k in spec["shapes"]:
         try:
             fn, ref = setup(m, n, k)
             out = fn()
             torch.cuda.synchronize()
-        except Unsupported as e:
-            return {"status": "unsupported", "error": str(e)}
-        except (ImportError, AttributeError, TypeError) as e:
-            if isinstance(e, ImportError) or "has no attribute" in str(e) or "argument" in str(e):
-                return {"status": "unavailable", "error": f"{type(e).__name__}: {e}"[:400]}
-            raise
-        except RuntimeError as e:
-            text = str(e)
-            if "NOT_SUPPORTED" in text or "not supported" in text.lower() or "no kernel image" in text:
-                return {"status": "unsupported", "error": f"{type(e).__name__}: {text.splitlines()[0]}"[:400]}
-            raise
+        except Exception as e:
+            verdict = classify(e)
+            if verdict is None:
+                raise
+            return verdict
         shape = {"m": m, "n": n, "k": k}
         if ref is not None:
             diff = (out.float() - ref).norm() / ref.norm()
             shape["rel_err"] = float(diff) if torch.isfinite(diff) else float("nan")
-            bound = BOUND["fp8-internal" if (spec["chain"], spec["kernel"]) in INTERNAL_FP8 else "bf16"]
             shape["numerics_ok"] = bool(torch.isfinite(out).all()) and shape["rel_err"] <= bound
+        prepared.append((fn, shape))
+        del out, ref
+    setup_s = round(time.monotonic() - started, 1)
+    wait_turn()
+    for fn, shape in prepared:
         shape["us"], shape["timing"] = time_us(fn, spec.get("repeats", 20))
-        shapes.append(shape)
+    shapes = [shape for _, shape in prepared]
     if any("numerics_ok" not in s for s in shapes):
-        return {"status": "unchecked", "shapes": shapes}
+        return {"status": "unchecked", "shapes": shapes, "setup_s": setup_s}
     ok = all(s["numerics_ok"] for s in shapes)
-    return {"status": "ok" if ok else "wrong", "shapes": shapes}
+    return {"status": "ok" if ok else "wrong", "shapes": shapes, "setup_s": setup_s}
+
+
+def serve(preload: bool, cuda_initialized_by: str | None) -> None:
+    # answers go to the original stdout; everything else printed to stdout (vLLM logs there) goes to stderr
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    def answer(message: dict) -> None:
+        answers.write(json.dumps(message) + "\n")
+        answers.flush()
+
+    errors: dict[str, str] = {}
+    for name in PRELOAD if preload else ():
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the child that needs it will fail on the same import and say so
+            errors[name] = f"{type(e).__name__}: {e}"[:200]
+        if torch.cuda.is_initialized():  # forked children could not use CUDA: start again, import nothing
+            os.dup2(answers.fileno(), 1)
+            os.execv(sys.executable, [sys.executable, __file__, "--serve", "--no-preload", name])
+    answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": cuda_initialized_by})
+    request = json.loads(sys.stdin.readline())
+    run_isolated(
+        request["jobs"],
+        probe,
+        request["timeout_s"],
+        request["parallel"],
+        lambda job, result: answer({"chain": job["chain"], "kernel": job["kernel"], **result}),
+        NOISE,
+    )
+    answer({"done": True})
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--list":
         print(json.dumps(sorted(KERNELS)))
-        raise SystemExit
-    spec = json.loads(sys.argv[1])
-    try:
-        result = probe(spec)
-    except Exception as e:  # the kernel failed: its class and message are the finding
-        result = {
-            "status": "failed",
-            "error_class": type(e).__name__,
-            "error": traceback.format_exception_only(type(e), e)[-1].strip()[:500],
-        }
-    print(json.dumps(result), flush=True)
+    elif sys.argv[1] == "--serve":
+        no_preload = sys.argv[2:3] == ["--no-preload"]
+        serve(preload=not no_preload, cuda_initialized_by=sys.argv[3] if no_preload else None)
