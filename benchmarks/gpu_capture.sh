@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On a GPU host, from the repository root: record doctor and probe there, as fixtures for the tests.
+# On a GPU host, from the repository root: record doctor and probe there, as fixtures for the tests; then probe
+# again (JIT caches now warm) and recheck the shipped sm90 profile against the GPU.
 #   bash benchmarks/gpu_capture.sh LABEL OUTDIR
 # Needs python3 with torch (CUDA), click, nvidia-ml-py, psutil and packaging; vLLM/FlashInfer are optional
 # (PYTHONPATH may point at them). Prints a summary last.
@@ -12,19 +13,25 @@ echo "doctor exit $?"
 start=$(date +%s)
 python3 -m launcher probe --json --python python3 > "$out/probe-$label.json" 2> "$out/probe-$label.log"
 echo "probe exit $? in $(( $(date +%s) - start )) s"
+start=$(date +%s)
+python3 -m launcher probe --json --python python3 > "$out/probe-$label-warm.json" 2> "$out/probe-$label-warm.log"
+echo "probe again (JIT caches warm) exit $? in $(( $(date +%s) - start )) s"
+python3 -m launcher probe --recheck sm90 --python python3 > "$out/recheck-$label.txt" 2>&1
+echo "probe --recheck sm90 exit $?"
+tail -12 "$out/recheck-$label.txt"
 python3 - "$out/doctor-$label.json" "$out/probe-$label.json" <<'PY'
 import json, sys
 doctor, probe = (json.load(open(p)) for p in sys.argv[1:3])
 for c in doctor["checks"]:
     print(f"{c['status']:5} {c['id']}: {c['observed'][:150]}")
 print(doctor["summary"])
-print("probe:", probe["vllm_version"], probe["chain_sources"], "recommended", probe["recommended"])
+print("probe:", probe["vllm_version"], probe["seconds"], "s", probe["chain_sources"], "recommended", probe["recommended"])
 for k in probe["kernels"]:
     if k["status"] == "not-probed":
         continue
     t = {(s["m"], s["n"], s["k"]): (round(s["us"], 1), s.get("relative"), s.get("rel_err")) for s in k["shapes"]}
     print(f"{k['chain']:11} {k['kernel'][:40]:40} {str(k['declared']):5} {k['status']:11} {k['seconds']:5}s "
-          f"{(k['error'] or '')[:90]}")
+          f"set-up {k.get('setup_s')}s {(k['error'] or '')[:90]}")
     for key in sorted(t)[:6]:
         print("   ", key, t[key])
 PY

@@ -386,7 +386,7 @@ def attention_flashinfer(m, n, k):
     indptr = torch.arange(0, m * pages + 1, pages, device="cuda", dtype=torch.int32)
     indices = table.reshape(-1).contiguous()
     last_len = torch.full((m,), k - (pages - 1) * BLOCK, device="cuda", dtype=torch.int32)
-    workspace = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
+    workspace = torch.zeros(256 << 20, device="cuda", dtype=torch.uint8)  # FlashInfer wants it zeroed
     dims = (HEADS, KV_HEADS, HEAD_DIM, BLOCK)
     types = {"q_data_type": torch.bfloat16, "kv_data_type": torch.bfloat16, "sm_scale": kwargs["softmax_scale"]}
     if n == 1:
