@@ -2,8 +2,9 @@
 
 One harness process (launcher/child/kernel_probe.py) imports torch and vLLM once, then forks one child per
 kernel with a timeout, so an illegal memory access, a hang or an autotuner storm takes down only that probe.
-Up to PARALLEL children set up and check their kernels at once (JIT compiles overlap); only one at a time is
-timed. The harness starts while the chains are being read, so the two imports of vLLM overlap too.
+Up to PARALLEL children set up and check their kernels at once (JIT compiles overlap), the slowest first; only
+one at a time is timed, and nothing else touches the GPU heavily meanwhile (launcher/child/isolate.py). The
+harness starts while the chains are being read, so the two imports of vLLM overlap too.
 
 A kernel is recommended only if it ran every shape, passed the numerics check and never failed; among those,
 the one with the lowest geometric mean of its time relative to the fastest kernel at each shape (decode-like and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +31,9 @@ from launcher.errors import BadInput, NotReady
 CHILD = Path(__file__).resolve().parent / "child"
 DECODE_M, PREFILL_M = (1, 16, 64, 256), (2048,)
 DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))  # a Llama-8B-like layer: qkv/o, gate_up, down
-PARALLEL = 4  # kernels set up side by side; more mostly adds GPU memory and CPU contention for JIT compiles
+# kernels set up side by side: most of a set-up is CPU work (each child's first call into vLLM's CUDA library
+# took ~8 s on the H200, JIT compiles longer), so half the cores, at most 6 (each child holds a CUDA context)
+PARALLEL = max(1, min(6, (os.cpu_count() or 2) // 2))
 HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
 
 
@@ -186,6 +190,14 @@ def run(
     return report
 
 
+def slow_first(k: KernelResult) -> int:
+    """Longest set-ups first, so they overlap everything else: FlashInfer compiles its kernels on first use
+    (125 s for its attention on a fresh H200, 36 s for its FP8 GEMM), MoE set-ups quantize every expert."""
+    if "flashinfer" in k.kernel.lower():
+        return 0
+    return 1 if k.chain.endswith("_moe") else 2
+
+
 def _probe_all(
     harness: Conversation,
     kernels: list[KernelResult],
@@ -210,7 +222,10 @@ def _probe_all(
             waiting[(k.chain, k.kernel)] = k
         else:
             k.error = chain_table.NOT_PROBED.get(k.kernel, "nemolaunch has no probe for this kernel yet")
-    jobs = [{"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, nk)} for k in waiting.values()]
+    jobs = [
+        {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, nk)}
+        for k in sorted(waiting.values(), key=slow_first)
+    ]
     harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL})
     progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time")
     why_unanswered = "the probe harness ended without an answer"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from checks.proc import Conversation
-from launcher.child.isolate import run_isolated
+from launcher.child.isolate import Turn, run_isolated
 from launcher.probe import CHILD, KernelResult, _probe_all, geomean_relative, rank, read_chains
 
 NOISE = re.compile(r"Skipping tactic")
@@ -75,30 +75,30 @@ def test_unsupported_fp4_on_sm90_is_contained() -> None:
     assert fp4["status"] == "unsupported" and "CUBLAS_STATUS_NOT_SUPPORTED" in fp4["error"]
 
 
-def hang(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+def hang(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
     if job["when"] == "timed":
-        wait_turn()
+        turn.wait()
     time.sleep(60)
     return {"status": "ok"}
 
 
-def segfault(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+def segfault(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
     os.kill(os.getpid(), signal.SIGSEGV)
     return {"status": "ok"}
 
 
-def dies_with_message(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+def dies_with_message(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
     print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
     os._exit(1)
 
 
-def raises(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+def raises(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
     raise ValueError("kernel said no")
 
 
-def noisy(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+def noisy(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
     print("[Autotuner]: Skipping tactic 3\n[Autotuner]: Skipping tactic 4\nall good", flush=True)
-    wait_turn()
+    turn.wait()
     return {"status": "ok"}
 
 
@@ -120,11 +120,11 @@ def test_a_probe_that_hangs_or_dies_takes_down_only_itself(
     results: dict[str, dict[str, Any]] = {}
     jobs = [{"name": "bad", "when": when}, {"name": "good", "when": None}]
 
-    def run(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    def run(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
         if job["name"] == "good":
-            wait_turn()
+            turn.wait()
             return {"status": "ok", "pid": os.getpid()}
-        return worker(job, wait_turn)
+        return worker(job, turn)
 
     run_isolated(jobs, run, 1, 2, lambda job, result: results.__setitem__(job["name"], result), NOISE)
     assert results["good"]["status"] == "ok" and results["good"]["pid"] != os.getpid()
@@ -136,16 +136,28 @@ def test_a_probe_that_hangs_or_dies_takes_down_only_itself(
 
 
 def test_kernels_are_set_up_side_by_side_and_timed_one_at_a_time(tmp_path: Path) -> None:
-    def run(job: dict[str, Any], wait_turn: Callable[[], None]) -> dict[str, Any]:
+    """Set-ups overlap; timed sections never overlap each other nor a set-up's quiet (GPU-heavy) section."""
+
+    def run(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
         setup = (time.monotonic(), time.sleep(0.3), time.monotonic())
-        wait_turn()
+        quiet = []
+        for _ in range(3):
+            with turn.quiet():
+                quiet.append((time.monotonic(), time.sleep(0.05), time.monotonic()))
+        turn.wait()
         timed = (time.monotonic(), time.sleep(0.1), time.monotonic())
-        return {"status": "ok", "setup": [setup[0], setup[2]], "timed": [timed[0], timed[2]]}
+        return {
+            "status": "ok",
+            "setup": [setup[0], setup[2]],
+            "quiet": [[q[0], q[2]] for q in quiet],
+            "timed": [timed[0], timed[2]],
+        }
 
     results: list[dict[str, Any]] = []
-    run_isolated([{"n": i} for i in range(4)], run, 30, 4, lambda job, result: results.append(result))
-    timed = sorted(r["timed"] for r in results)
-    assert all(a[1] <= b[0] for a, b in itertools.pairwise(timed))  # never two timed at once
+    run_isolated([{"n": i} for i in range(6)], run, 30, 3, lambda job, result: results.append(result))
+    assert len(results) == 6
+    exclusive = sorted([r["timed"] for r in results] + [q for r in results for q in r["quiet"]])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(exclusive))  # nothing overlaps a timed section
     setups = sorted(r["setup"] for r in results)
     assert any(b[0] < a[1] for a, b in itertools.pairwise(setups))  # set-ups did overlap
 
@@ -158,7 +170,7 @@ def test_children_die_with_the_harness(tmp_path: Path) -> None:
         "import os, sys, time\n"
         f"sys.path.insert(0, {str(Path(run_isolated.__code__.co_filename).parent)!r})\n"
         "from isolate import run_isolated\n"
-        "def work(job, wait_turn):\n"
+        "def work(job, turn):\n"
         f"    open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
         "    time.sleep(600)\n"
         "run_isolated([{}], work, 600, 1, lambda job, result: None)\n"

@@ -2,10 +2,12 @@
 
 kernel_probe.py imports torch and vLLM once (without touching CUDA), then forks one child per kernel: the
 children set up and check their kernels side by side (so JIT compiles overlap), then take turns for the timed
-section, so no two kernels are ever timed at once. A child that hangs is killed when its phase's time is up
-(set-up and timing each get `timeout_s`; waiting for the turn does not count), one that crashes is reported by
-its signal or exit code and its last line of output; the others go on. Standard library only, so the tests can
-drive it with jobs that hang, crash or print.
+section, so no two kernels are ever timed at once. A timed child holds an exclusive lock on the GPU until it
+ends; the heavy GPU work of a set-up (a float32 reference) takes the same lock, so it never runs while another
+child is being timed. A child that hangs is killed when its phase's time is up (set-up and timing each get
+`timeout_s`; waiting for the turn does not count), one that crashes is reported by its signal or exit code and
+its last line of output; the others go on. Standard library only, so the tests can drive it with jobs that
+hang, crash or print.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import fcntl
 import json
 import os
 import re
@@ -23,12 +26,39 @@ import tempfile
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-Worker = Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]
 PR_SET_PDEATHSIG = 1
+
+
+class Turn:
+    """What a child's worker gets besides its job: wait() when it is ready to be timed (from then on it has the
+    GPU to itself until it ends), quiet() around short GPU work that must not overlap another child's timing."""
+
+    def __init__(self, to_parent: int, from_parent: int, lock_path: str) -> None:
+        self._to_parent, self._from_parent, self._lock_path = to_parent, from_parent, lock_path
+
+    def wait(self) -> None:
+        sys.stdout.flush()
+        os.write(self._to_parent, b"READY\n")
+        if os.read(self._from_parent, 1) != b"G":  # the harness went away
+            os._exit(1)
+        lock = os.open(self._lock_path, os.O_RDWR)  # kept open (and locked) until this child exits
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        lock = os.open(self._lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)
+
+
+Worker = Callable[[dict[str, Any], Turn], dict[str, Any]]
 
 
 @dataclass
@@ -54,7 +84,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _run_child(job: dict[str, Any], worker: Worker, to_parent: int, from_parent: int, log_fd: int) -> None:
+def _run_child(job: dict[str, Any], worker: Worker, turn: Turn, to_parent: int, log_fd: int) -> None:
     faulthandler.disable()  # a parent's crash handler would write into the parent's output, not this child's log
     os.setpgid(0, 0)  # its own group, so a kill also takes whatever it started (a JIT compiler)
     _die_with_parent()
@@ -63,15 +93,8 @@ def _run_child(job: dict[str, Any], worker: Worker, to_parent: int, from_parent:
     # Python-level writers too, in case the parent had replaced them (a test runner capturing output)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-
-    def wait_turn() -> None:
-        sys.stdout.flush()
-        os.write(to_parent, b"READY\n")
-        if os.read(from_parent, 1) != b"G":  # the harness went away
-            os._exit(1)
-
     try:
-        result = worker(job, wait_turn)
+        result = worker(job, turn)
     except BaseException as e:  # the job failed: its class and message are the finding
         result = {
             "status": "failed",
@@ -94,7 +117,7 @@ def _start(job: dict[str, Any], worker: Worker, timeout_s: float, logdir: str) -
     if pid == 0:
         os.close(up_r)
         os.close(down_w)
-        _run_child(job, worker, up_w, down_r, log_fd)
+        _run_child(job, worker, Turn(up_w, down_r, os.path.join(logdir, "gpu.lock")), up_w, log_fd)
     os.close(up_w)
     os.close(down_r)
     os.close(log_fd)
@@ -148,9 +171,9 @@ def run_isolated(
     emit: Callable[[dict[str, Any], dict[str, Any]], None],
     noise: re.Pattern[str] | None = None,
 ) -> None:
-    """Run worker(job, wait_turn) for every job in its own forked child, at most `parallel` alive at once.
+    """Run worker(job, turn) for every job in its own forked child, at most `parallel` alive at once.
 
-    The worker calls wait_turn() once, when it is ready for its timed section; the harness lets one child at a
+    The worker calls turn.wait() once, when it is ready for its timed section; the harness lets one child at a
     time through. emit(job, result) is called as each child ends, with the worker's result (or timed-out /
     crashed / failed) plus "noise" (lines of its output matching `noise`), "seconds" and, once it was let
     through, "timed_s".
@@ -160,6 +183,7 @@ def run_isolated(
     waiting: deque[_Child] = deque()
     timing: _Child | None = None
     with tempfile.TemporaryDirectory(prefix="nemolaunch-probe-") as logdir:
+        open(os.path.join(logdir, "gpu.lock"), "w").close()
         try:
             while pending or live:
                 while pending and len(live) < parallel:
