@@ -44,7 +44,7 @@ class KernelResult:
     position: int | None  # place in vLLM's chain (None for a baseline)
     declared: bool | None
     declared_reason: str | None
-    status: str  # ok, wrong, unchecked, unsupported, unavailable, failed, timed-out, crashed, not-probed
+    status: str  # ok, wrong, unchecked, unsupported, unavailable, failed, timed-out, crashed, not-probed, interrupted
     error: str | None = None
     shapes: list[dict[str, Any]] = field(default_factory=list)
     noise_lines: int = 0
@@ -130,6 +130,7 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
     fastest: lowest geometric-mean relative time among kernels that ran every shape correctly.
     recommended: the same among those vLLM can be steered to (in its chain, not declared unsupported here),
     since a kernel vLLM refuses on this GPU cannot be chosen with a profile, however fast it measured.
+    Neither is given for a chain where a kernel was interrupted before it was measured.
     """
     recommended: dict[str, str | None] = {}
     fastest: dict[str, str | None] = {}
@@ -145,6 +146,9 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
             for s in k.shapes:
                 fastest_here = best.get((s["m"], s["n"], s["k"]))
                 s["relative"] = round(s["us"] / fastest_here, 3) if fastest_here else None
+        if any(k.status == "interrupted" for k in members):  # a kernel never measured might have won
+            recommended[chain] = fastest[chain] = None
+            continue
         scored = sorted((geomean_relative(k), k.kernel, k) for k in usable if k.position is not None)
         fastest[chain] = scored[0][1] if scored else None
         selectable = [name for _, name, k in scored if k.declared is not False]
@@ -248,7 +252,7 @@ def _probe_all(
         why_unanswered = f"the probe harness stopped answering for {2 * timeout_s + 60:.0f} s (killed)"
     except KeyboardInterrupt:
         for k in waiting.values():
-            k.error = "interrupted before it finished"
+            k.status, k.error = "interrupted", "Ctrl-C before it finished"
         return True
     for k in waiting.values():
         k.status, k.error = "crashed", why_unanswered

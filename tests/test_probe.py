@@ -20,11 +20,11 @@ import pytest
 
 from checks.proc import Conversation
 from launcher.child.isolate import Turn, run_isolated
-from launcher.probe import CHILD, KernelResult, _probe_all, geomean_relative, rank, read_chains
+from launcher.probe import CHILD, DEFAULT_NK, KernelResult, _probe_all, geomean_relative, rank, read_chains
 
 NOISE = re.compile(r"Skipping tactic")
 
-CAPTURE = Path(__file__).parent / "fixtures" / "probe" / "h200-vllm026-2026-11-30.json"
+CAPTURE = Path(__file__).parent / "fixtures" / "probe" / "h200-vllm026-harness-2026-11-30.json"
 
 
 def captured_kernels() -> list[KernelResult]:
@@ -54,6 +54,26 @@ def test_ranking_is_per_shape() -> None:
                 if s["relative"] == 1.0:
                     winners[(s["m"], s["n"], s["k"])] = k.kernel
     assert len(set(winners.values())) > 1  # no single kernel wins every shape
+
+
+def test_moe_recommendation_weighs_every_shape() -> None:
+    """On the H200, vLLM's CUTLASS FP8 MoE wins at 256 tokens, Triton at 16 and 2048: Triton is recommended."""
+    kernels = captured_kernels()
+    recommended, _ = rank(kernels)
+    assert recommended["fp8_moe"] == "TRITON"
+    cutlass = next(k for k in kernels if k.chain == "fp8_moe" and k.kernel == "VLLM_CUTLASS")
+    assert [s["relative"] == 1.0 for s in cutlass.shapes] == [False, True, False]
+    # the only NVFP4 kernels that run on SM90 are Marlin's: measured, correct, recommended
+    assert recommended["nvfp4_dense"] == "MarlinNvFp4LinearKernel" and recommended["nvfp4_moe"] == "MARLIN"
+
+
+def test_an_interrupted_chain_recommends_nothing() -> None:
+    kernels = captured_kernels()
+    flashinfer = next(k for k in kernels if k.kernel == "FlashInferFP8ScaledMMLinearKernel")
+    flashinfer.status, flashinfer.shapes = "interrupted", []
+    recommended, fastest = rank(kernels)
+    assert recommended["fp8_dense"] is None and fastest["fp8_dense"] is None
+    assert recommended["attention"] == "FLASH_ATTN"  # the other chains keep theirs
 
 
 def test_numerics_gate_drops_a_fast_wrong_kernel() -> None:
@@ -208,15 +228,24 @@ def test_chains_are_read_from_the_installed_vllm(engine_python: Path) -> None:
 
 
 @pytest.mark.engine
-def test_cpu_machine_lists_chains_then_exits_3(engine_python: Path) -> None:
+@pytest.mark.parametrize(
+    "extra, listed, absent",
+    [([], ["nvfp4_moe", "attention"], []), (["--recheck", "sm90"], ["fp8_dense", "nvfp4_dense"], ["attention"])],
+    ids=["all-chains", "recheck-reads-only-the-chains-the-profile-steers"],
+)
+def test_cpu_machine_lists_chains_then_exits_3(
+    engine_python: Path, extra: list[str], listed: list[str], absent: list[str]
+) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "launcher", "probe", "--python", str(engine_python)],
+        [sys.executable, "-m", "launcher", "probe", "--python", str(engine_python), *extra],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 3
     assert "FlashInferFP8ScaledMMLinearKernel" in r.stdout and "installed vLLM 0.32.0" in r.stdout
+    assert all(f"\n{chain} (" in r.stdout for chain in listed)
+    assert not any(f"\n{chain} (" in r.stdout for chain in absent)
     assert r.stderr.strip().splitlines()[-1].startswith("nemolaunch: probes need an NVIDIA GPU")
 
 
@@ -238,3 +267,38 @@ def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path) -
         assert k.status == "failed" and "CUDA" in (k.error or ""), k
     assert kernels[2].status == "not-probed" and "block-scaled" in (kernels[2].error or "")
     assert len([line for line in seen if ": failed (" in line]) == 2
+
+
+class InterruptedHarness:
+    """Stands in for the harness (a real one needs a GPU): it answers for one kernel, then the user presses
+    Ctrl-C while nemolaunch waits for the next answer."""
+
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.answers = answers
+
+    def send(self, message: Any) -> None:
+        self.request = message
+
+    def receive(self, timeout: float) -> Any:
+        if self.answers:
+            return self.answers.pop(0)
+        raise KeyboardInterrupt
+
+    def last_error(self) -> str:
+        return ""
+
+
+def test_ctrl_c_keeps_what_was_measured() -> None:
+    kernels = [k for k in captured_kernels() if k.chain == "fp8_dense"]
+    measured = {k.kernel: copy.deepcopy(k) for k in kernels}
+    for k in kernels:
+        k.status, k.shapes = "not-probed", []
+    done = measured["PerTensorTorchFP8ScaledMMLinearKernel"]
+    hello = {"kernels": [[k.chain, k.kernel] for k in kernels]}
+    answer = {"chain": "fp8_dense", "kernel": done.kernel, "status": "ok", "shapes": done.shapes, "seconds": 1.0}
+    harness = InterruptedHarness([hello, answer])
+    assert _probe_all(harness, kernels, list(DEFAULT_NK), 60, lambda line: None) is True  # type: ignore[arg-type]
+    by_name = {k.kernel: k for k in kernels}
+    assert by_name[done.kernel].status == "ok" and by_name[done.kernel].shapes
+    assert all(k.status == "interrupted" for k in kernels if k.kernel != done.kernel)
+    assert rank(kernels) == ({"fp8_dense": None}, {"fp8_dense": None})
