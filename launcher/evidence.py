@@ -22,6 +22,32 @@ MARGIN = 1.05
 # chain -> the profile setting that steers it
 MOE_CHAINS = ("nvfp4_moe", "fp8_moe")
 LINEAR_CHAINS = ("fp8_dense", "nvfp4_dense")
+# --moe-backend values each MoE chain accepts, by the oracle's backend name: vLLM 0.26.0's map_fp8_backend and
+# map_nvfp4_backend (model_executor/layers/fused_moe/oracle). The flag is one value for every MoE layer, and a
+# value one quantization does not accept stops the server ("moe_backend='triton' is not supported for NvFP4 MoE")
+MOE_FLAG: dict[str, dict[str, str]] = {
+    "fp8_moe": {
+        "TRITON": "triton",
+        "DEEPGEMM": "deep_gemm",
+        "VLLM_CUTLASS": "cutlass",
+        "FLASHINFER_TRTLLM": "flashinfer_trtllm",
+        "FLASHINFER_CUTLASS": "flashinfer_cutlass",
+        "MARLIN": "marlin",
+        "HUMMING": "humming",
+        "AITER": "aiter",
+        "HPC": "hpc",
+    },
+    "nvfp4_moe": {
+        "VLLM_CUTLASS": "cutlass",
+        "FLASHINFER_TRTLLM": "flashinfer_trtllm",
+        "FLASHINFER_CUTLASS": "flashinfer_cutlass",
+        "FLASHINFER_CUTEDSL": "flashinfer_cutedsl",
+        "FLASHINFER_B12X": "flashinfer_b12x",
+        "MARLIN": "marlin",
+        "HUMMING": "humming",
+        "EMULATION": "emulation",
+    },
+}
 
 
 def load_evidence(paths: list[Path]) -> dict[str, dict[str, Any]]:
@@ -105,9 +131,7 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
     if disabled:
         settings["disabled_kernels"] = disabled
         why["disabled_kernels"] = "; ".join(reasons) + f" ({_where(probe)})"
-    for chain, setting in [*((c, "moe_backend") for c in MOE_CHAINS), ("attention", "attention_backend")]:
-        if setting in settings:
-            continue
+    for chain in (*MOE_CHAINS, "attention"):
         pick = probe["recommended"].get(chain)
         usable = [k["kernel"] for k in _members(probe, chain) if k["status"] == "ok"]
         if not pick or len(usable) < 2:  # one measured candidate is no comparison
@@ -117,8 +141,28 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
         if pick == usable[0]:  # the first working kernel in vLLM's own order: vLLM's choice, confirmed
             notes.append(f"{chain}: {pick}, first in vLLM's order, also measured fastest: left to vLLM")
             continue
-        settings[setting] = pick.lower() if setting == "moe_backend" else pick
-        why[setting] = f"{chain}: {pick} measured fastest and correct of {', '.join(usable)} ({_where(probe)})"
+        measured = f"{chain}: {pick} measured fastest and correct of {', '.join(usable)} ({_where(probe)})"
+        if chain == "attention":
+            settings["attention_backend"], why["attention_backend"] = pick, measured
+            continue
+        flag = MOE_FLAG[chain].get(pick)
+        refused_by = [other for other in MOE_CHAINS if other != chain and flag not in MOE_FLAG[other].values()]
+        if flag is None or refused_by:
+            why_not = (
+                f"{pick} has no --moe-backend value" if flag is None else f"{flag!r} is refused for {refused_by[0]}"
+            )
+            hint = (
+                f"; for a model whose MoE layers are all {chain[:-4].upper()}, set moe_backend = {flag!r}"
+                if flag
+                else ""
+            )
+            notes.append(f"{measured}; not set: --moe-backend is one value for every MoE layer and {why_not}{hint}")
+            continue
+        if settings.get("moe_backend", flag) != flag:
+            notes.append(f"{measured}; not set: the MoE chains disagree ({settings['moe_backend']!r} vs {flag!r})")
+            del settings["moe_backend"], why["moe_backend"]
+            continue
+        settings["moe_backend"], why["moe_backend"] = flag, measured
     return settings, why
 
 
@@ -205,7 +249,7 @@ def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, s
     for chain in MOE_CHAINS:
         pick = probe["recommended"].get(chain)
         if backend and pick:
-            rows.append((chain, backend, pick, backend == pick.lower()))
+            rows.append((chain, backend, pick, backend == MOE_FLAG[chain].get(pick)))
     attention = profile.settings.get("attention_backend")
     if attention and probe["recommended"].get("attention"):
         pick = probe["recommended"]["attention"]

@@ -108,3 +108,37 @@ def test_evidence_must_be_a_report(tmp_path: Path, capsys: pytest.CaptureFixture
     bogus.write_text('{"schema": "nemolaunch.bench/1"}')
     assert main(["profile", "write", "--name", "x", "--from", str(bogus)]) == 2
     assert "not a doctor or probe report" in capsys.readouterr().err
+
+
+HARNESS_PROBE = FIX / "probe" / "h200-vllm026-harness-2026-11-30.json"
+
+
+def moe_doc(fastest_fp8_moe: str) -> dict[str, Any]:
+    """The H200 capture with every chain, fp8_moe's recommendation set to one of its measured kernels."""
+    doc = {**json.loads(HARNESS_PROBE.read_text()), "_path": str(HARNESS_PROBE)}
+    doc["recommended"]["fp8_moe"] = fastest_fp8_moe
+    return doc
+
+
+@pytest.mark.parametrize(
+    "fastest, setting, note",
+    [
+        ("TRITON", None, "'triton' is refused for nvfp4_moe; for a model whose MoE layers are all FP8"),
+        ("MARLIN", "marlin", None),  # accepted for both quantizations
+    ],
+    ids=["triton-is-fp8-only", "marlin-suits-both"],
+)
+def test_moe_backend_is_set_only_to_a_value_every_moe_chain_accepts(
+    tmp_path: Path, fastest: str, setting: str | None, note: str | None
+) -> None:
+    doc = moe_doc(fastest)
+    evidence = tmp_path / "probe.json"
+    evidence.write_text(json.dumps(doc))
+    out = tmp_path / "p.toml"
+    assert main(["profile", "write", "--name", "p", "--from", str(evidence), "--out", str(out)]) == 0
+    prof = load_profile(str(out))
+    assert prof.settings.get("moe_backend") == setting
+    if note:
+        assert note in out.read_text()
+    if setting:
+        assert recheck(prof, doc)[-1] == ("fp8_moe", "marlin", "MARLIN", True)
