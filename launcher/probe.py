@@ -194,36 +194,6 @@ def run(
     return report
 
 
-def shape_parts(chain: str, shapes: list[list[int]]) -> list[list[list[int]]]:
-    """Attention's decode and prefill shapes go to separate children: FlashInfer builds a different kernel
-    module for each (fa2 for decode with tensor cores, fa3 for prefill on SM90), and on a fresh machine
-    compiling them one after the other was 120 s of a 143 s probe."""
-    if chain != "attention":
-        return [shapes]
-    groups = [[s for s in shapes if s[1] == 1], [s for s in shapes if s[1] != 1]]
-    return [g for g in groups if g]
-
-
-# when the parts of one kernel end differently, the kernel's status is the first of these that any part has
-SEVERITY = ("crashed", "timed-out", "failed", "interrupted", "wrong", "unavailable", "unsupported", "not-probed")
-
-
-def merge_parts(answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """One kernel's result from the answers for its parts (in any order)."""
-    answers = sorted(answers, key=lambda a: a.get("part", 0))
-    statuses = [a["status"] for a in answers]
-    worst = next((s for s in SEVERITY if s in statuses), "unchecked" if "unchecked" in statuses else "ok")
-    setups = [a["setup_s"] for a in answers if a.get("setup_s") is not None]
-    return {
-        "status": worst,
-        "error": next((a.get("error") for a in answers if a["status"] == worst), None),
-        "shapes": [s for a in answers for s in a.get("shapes", [])],
-        "noise": sum(a.get("noise", 0) for a in answers),
-        "seconds": max(a.get("seconds", 0.0) for a in answers),
-        "setup_s": max(setups) if setups else None,
-    }
-
-
 def slow_first(k: KernelResult) -> int:
     """Longest set-ups first, so they overlap everything else: FlashInfer compiles its kernels on first use
     (125 s for its attention on a fresh H200, 36 s for its FP8 GEMM), MoE set-ups quantize every expert."""
@@ -257,14 +227,11 @@ def _probe_all(
         else:
             k.error = chain_table.NOT_PROBED.get(k.kernel, "nemolaunch has no probe for this kernel yet")
     jobs = [
-        {"chain": k.chain, "kernel": k.kernel, "part": i, "shapes": part}
+        {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, nk)}
         for k in sorted(waiting.values(), key=slow_first)
-        for i, part in enumerate(shape_parts(k.chain, shapes_for(k.chain, nk)))
     ]
-    parts: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in waiting}
-    expected = {key: sum(1 for j in jobs if (j["chain"], j["kernel"]) == key) for key in waiting}
     harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL})
-    progress(f"{len(waiting)} kernels in {len(jobs)} jobs, {PARALLEL} set up at a time, one timed at a time")
+    progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time")
     why_unanswered = "the probe harness ended without an answer"
     try:
         while waiting:
@@ -276,14 +243,10 @@ def _probe_all(
             key = (answer.get("chain"), answer.get("kernel"))
             if key not in waiting:
                 continue
-            parts[key].append(answer)
-            if len(parts[key]) < expected[key]:
-                continue
             k = waiting.pop(key)
-            merged = merge_parts(parts[key])
-            k.status, k.error = merged["status"], merged.get("error")
-            k.shapes, k.noise_lines = merged["shapes"], merged["noise"]
-            k.seconds, k.setup_s = merged["seconds"], merged["setup_s"]
+            k.status, k.error = answer["status"], answer.get("error")
+            k.shapes, k.noise_lines = answer.get("shapes", []), answer.get("noise", 0)
+            k.seconds, k.setup_s = answer.get("seconds", 0.0), answer.get("setup_s")
             progress(f"{k.chain}: {k.kernel}: {k.status} ({k.seconds:.0f} s)")
     except TimeoutError:
         why_unanswered = f"the probe harness stopped answering for {2 * timeout_s + 60:.0f} s (killed)"

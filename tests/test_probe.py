@@ -20,18 +20,7 @@ import pytest
 
 from checks.proc import Conversation
 from launcher.child.isolate import Turn, run_isolated
-from launcher.probe import (
-    CHILD,
-    DEFAULT_NK,
-    KernelResult,
-    _probe_all,
-    geomean_relative,
-    merge_parts,
-    rank,
-    read_chains,
-    shape_parts,
-    shapes_for,
-)
+from launcher.probe import CHILD, DEFAULT_NK, KernelResult, _probe_all, geomean_relative, rank, read_chains
 
 NOISE = re.compile(r"Skipping tactic")
 
@@ -313,15 +302,3 @@ def test_ctrl_c_keeps_what_was_measured() -> None:
     assert by_name[done.kernel].status == "ok" and by_name[done.kernel].shapes
     assert all(k.status == "interrupted" for k in kernels if k.kernel != done.kernel)
     assert rank(kernels) == ({"fp8_dense": None}, {"fp8_dense": None})
-
-
-def test_a_kernel_split_in_parts_takes_the_worst_outcome_and_keeps_every_shape() -> None:
-    decode, prefill = shape_parts("attention", shapes_for("attention", list(DEFAULT_NK)))
-    assert {s[1] for s in decode} == {1} and all(s[1] > 1 for s in prefill)
-    assert shape_parts("fp8_dense", [[1, 2, 3]]) == [[[1, 2, 3]]]
-    ok = {"part": 0, "status": "ok", "shapes": [{"m": 1}], "noise": 1, "seconds": 3.0, "setup_s": 2.0}
-    failed = {"part": 1, "status": "failed", "error": "RuntimeError: boom", "noise": 0, "seconds": 9.0}
-    merged = merge_parts([failed, ok])
-    assert (merged["status"], merged["error"], merged["shapes"]) == ("failed", "RuntimeError: boom", [{"m": 1}])
-    assert (merged["noise"], merged["seconds"], merged["setup_s"]) == (1, 9.0, 2.0)
-    assert merge_parts([ok, {**ok, "part": 1}])["status"] == "ok"

@@ -550,7 +550,7 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
         probe,
         request["timeout_s"],
         request["parallel"],
-        lambda job, result: answer({**{k: v for k, v in job.items() if k != "shapes"}, **result}),
+        lambda job, result: answer({"chain": job["chain"], "kernel": job["kernel"], **result}),
         NOISE,
     )
     answer({"done": True})
