@@ -20,7 +20,7 @@ python3 -m launcher probe --recheck sm90 --python python3 > "$out/recheck-$label
 echo "probe --recheck sm90 exit $?"
 tail -12 "$out/recheck-$label.txt"
 # Ctrl-C 30 s in: exit 130, and the kernels measured so far are still in the report
-timeout -s INT 30 python3 -m launcher probe --json --python python3 > "$out/probe-$label-interrupted.json" 2>/dev/null
+timeout --preserve-status -s INT 30 python3 -m launcher probe --json --python python3 > "$out/probe-$label-interrupted.json" 2>/dev/null
 echo "interrupted probe exit $?"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('interrupted', d['interrupted'], 'ok', sum(k['status'] == 'ok' for k in d['kernels']))" "$out/probe-$label-interrupted.json"
 sleep 2; echo "processes left: $(pgrep -fc kernel_probe.py)"
