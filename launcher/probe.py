@@ -18,7 +18,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,33 @@ from launcher.errors import BadInput, NotReady
 
 CHILD = Path(__file__).resolve().parent / "child"
 DECODE_M, PREFILL_M = (1, 16, 64, 256), (2048,)
-DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))  # a Llama-8B-like layer: qkv/o, gate_up, down
+# (N, K) of Llama-3-8B's o_proj, gate (or up) and down projections: the shapes of the H200 captures
+DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))
 # kernels set up side by side: most of a set-up is CPU work (each child's first call into vLLM's CUDA library
 # took ~8 s on the H200, JIT compiles longer), so half the cores, at most 6 (each child holds a CUDA context)
 PARALLEL = max(1, min(6, (os.cpu_count() or 2) // 2))
 HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
+
+
+@dataclass(frozen=True)
+class Layer:
+    """The layer whose shapes the probes time: a model's (from its config.json), or by default a Llama-8B-like
+    layer and an 8-expert top-2 MoE with 2048-wide experts."""
+
+    dense: tuple[tuple[int, int], ...] = (
+        DEFAULT_NK  # (N, K) of the GEMMs; a model's: qkv, gate_up (fused, as in vLLM), down
+    )
+    hidden: int = 4096
+    moe_intermediate: int = 2048
+    experts: int = 8
+    topk: int = 2
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+
+    def for_child(self) -> dict[str, int]:
+        """What kernel_probe.py needs besides the shapes."""
+        return {k: getattr(self, k) for k in ("experts", "topk", "heads", "kv_heads", "head_dim")}
 
 
 @dataclass
@@ -65,6 +87,7 @@ class ProbeReport:
     recommended: dict[str, str | None]
     fastest: dict[str, str | None]
     seconds: float
+    layer: Layer = field(default_factory=Layer)
     interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -77,31 +100,42 @@ class ProbeReport:
             "fastest_measured": self.fastest,
             "seconds": round(self.seconds, 1),
             "interrupted": self.interrupted,
+            "layer": asdict(self.layer),
             "kernels": [k.__dict__ for k in self.kernels],
         }
 
 
-def model_shapes(model: Path) -> list[tuple[int, int]]:
-    """(N, K) of the dense GEMMs of a model's layer, from its config.json."""
+def model_layer(model: Path) -> Layer:
+    """A model's layer from its config.json (text_config for multimodal models); MoE sizes only if it has experts."""
     try:
         cfg = json.loads((model / "config.json").read_text())
         cfg = cfg.get("text_config", cfg)
-        h, inter = int(cfg["hidden_size"]), int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
-        heads, kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads", cfg["num_attention_heads"]))
-    except (OSError, KeyError, ValueError, json.JSONDecodeError) as e:
-        raise BadInput(f"cannot read GEMM shapes from {model}/config.json: {e}", "give a model folder") from None
-    head_dim = h // heads
-    return [(h + 2 * kv * head_dim, h), (2 * inter, h), (h, inter)]
+        h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or h // heads)
+        inter = int(cfg.get("intermediate_size") or cfg["moe_intermediate_size"])
+        experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+        moe = {}
+        if experts:
+            moe = {
+                "experts": int(experts),
+                "topk": int(cfg.get("num_experts_per_tok") or cfg.get("moe_topk") or cfg["top_k"]),
+                "moe_intermediate": int(cfg.get("moe_intermediate_size") or inter),
+            }
+    except (OSError, KeyError, ValueError, TypeError, json.JSONDecodeError) as e:
+        raise BadInput(f"cannot read layer shapes from {model}/config.json: {e}", "give a model folder") from None
+    dense = ((heads * head_dim + 2 * kv * head_dim, h), (2 * inter, h), (h, inter))
+    return Layer(dense=dense, hidden=h, heads=heads, kv_heads=kv, head_dim=head_dim, **moe)
 
 
-def shapes_for(chain: str, nk: list[tuple[int, int]]) -> list[list[int]]:
+def shapes_for(chain: str, layer: Layer) -> list[list[int]]:
     """[M, N, K] per probe. GEMMs: M tokens x (N, K) weights. MoE: M tokens, expert intermediate N, hidden K.
     Attention: M sequences, N new query tokens each, K tokens of context (decode: N=1; prefill: N=K)."""
     if chain.endswith("_moe"):
-        return [[m, 2048, 4096] for m in (16, 256, 2048)]
+        return [[m, layer.moe_intermediate, layer.hidden] for m in (16, 256, 2048)]
     if chain == "attention":
         return [[m, 1, 4096] for m in (1, 16, 64)] + [[1, 2048, 2048]]
-    return [[m, n, k] for n, k in nk for m in DECODE_M + PREFILL_M]
+    return [[m, n, k] for n, k in layer.dense for m in DECODE_M + PREFILL_M]
 
 
 def read_chains(
@@ -159,6 +193,7 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
 def run(
     python: Path | None, model: Path | None, timeout_s: float, only: list[str] | None, progress: Callable[[str], None]
 ) -> ProbeReport:
+    layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
     interpreter = resolve_python(python)
     start = time.monotonic()
     nvml = nvml_facts()
@@ -181,10 +216,9 @@ def run(
             entries += [(None, b, None, "baseline, not in vLLM's chain") for b in chain_table.BASELINES.get(chain, [])]
             for position, name, declared, reason in entries:
                 kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
-        report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0)
+        report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0, layer)
         if harness is not None:
-            nk = model_shapes(model) if model else list(DEFAULT_NK)
-            report.interrupted = _probe_all(harness, kernels, nk, timeout_s, progress)
+            report.interrupted = _probe_all(harness, kernels, layer, timeout_s, progress)
     finally:
         if harness is not None:
             harness.close()
@@ -205,7 +239,7 @@ def slow_first(k: KernelResult) -> int:
 def _probe_all(
     harness: Conversation,
     kernels: list[KernelResult],
-    nk: list[tuple[int, int]],
+    layer: Layer,
     timeout_s: float,
     progress: Callable[[str], None],
 ) -> bool:
@@ -227,7 +261,7 @@ def _probe_all(
         else:
             k.error = chain_table.NOT_PROBED.get(k.kernel, "nemolaunch has no probe for this kernel yet")
     jobs = [
-        {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, nk)}
+        {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, layer), "layer": layer.for_child()}
         for k in sorted(waiting.values(), key=slow_first)
     ]
     harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL})

@@ -20,7 +20,8 @@ import pytest
 
 from checks.proc import Conversation
 from launcher.child.isolate import Turn, run_isolated
-from launcher.probe import CHILD, DEFAULT_NK, KernelResult, _probe_all, geomean_relative, rank, read_chains
+from launcher.cli import main
+from launcher.probe import CHILD, KernelResult, Layer, _probe_all, geomean_relative, model_layer, rank, read_chains
 
 NOISE = re.compile(r"Skipping tactic")
 
@@ -261,7 +262,7 @@ def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path) -
     ]
     seen: list[str] = []
     with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
-        interrupted = _probe_all(harness, kernels, [(64, 64)], 60, seen.append)
+        interrupted = _probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append)
     assert not interrupted
     for k in kernels[:2]:
         assert k.status == "failed" and "CUDA" in (k.error or ""), k
@@ -297,8 +298,62 @@ def test_ctrl_c_keeps_what_was_measured() -> None:
     hello = {"kernels": [[k.chain, k.kernel] for k in kernels]}
     answer = {"chain": "fp8_dense", "kernel": done.kernel, "status": "ok", "shapes": done.shapes, "seconds": 1.0}
     harness = InterruptedHarness([hello, answer])
-    assert _probe_all(harness, kernels, list(DEFAULT_NK), 60, lambda line: None) is True  # type: ignore[arg-type]
+    assert _probe_all(harness, kernels, Layer(), 60, lambda line: None) is True  # type: ignore[arg-type]
     by_name = {k.kernel: k for k in kernels}
     assert by_name[done.kernel].status == "ok" and by_name[done.kernel].shapes
     assert all(k.status == "interrupted" for k in kernels if k.kernel != done.kernel)
     assert rank(kernels) == ({"fp8_dense": None}, {"fp8_dense": None})
+
+
+LLAMA_3_8B = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336}
+QWEN3_MOE = {  # Qwen3-30B-A3B's published sizes
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+}
+
+
+@pytest.mark.parametrize(
+    "config, dense, moe, heads",
+    [
+        (LLAMA_3_8B, ((6144, 4096), (28672, 4096), (4096, 14336)), (2048, 4096, 8, 2), (32, 8, 128)),
+        ({"text_config": QWEN3_MOE}, ((5120, 2048), (12288, 2048), (2048, 6144)), (768, 2048, 128, 8), (32, 4, 128)),
+    ],
+    ids=["dense-llama", "moe-in-text-config"],
+)
+def test_model_shapes_come_from_its_config(
+    tmp_path: Path, config: dict[str, Any], dense: Any, moe: Any, heads: Any
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    layer = model_layer(tmp_path)
+    assert layer.dense == dense
+    assert (layer.moe_intermediate, layer.hidden, layer.experts, layer.topk) == moe
+    assert (layer.heads, layer.kv_heads, layer.head_dim) == heads
+
+
+def test_a_model_without_a_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["probe", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nemolaunch: cannot read layer shapes from {tmp_path}/config.json")
+
+
+def test_probe_json_contract_without_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    """This interpreter has no vLLM: the chains come from nemolaunch's table, the JSON still has every key."""
+    assert main(["probe", "--json", "--python", sys.executable]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "nemolaunch.probe/1"
+    assert set(doc) == {
+        "schema", "gpu", "python", "vllm_version", "chain_sources", "recommended", "fastest_measured", "seconds",
+        "interrupted", "layer", "kernels",
+    }  # fmt: skip
+    assert all(source.startswith("nemolaunch's table (vLLM 0.32.0)") for source in doc["chain_sources"].values())
+    assert set(doc["kernels"][0]) == {
+        "chain", "kernel", "position", "declared", "declared_reason", "status", "error", "shapes", "noise_lines",
+        "seconds", "setup_s",
+    }  # fmt: skip
+    assert doc["layer"]["experts"] == 8 and doc["gpu"] is None

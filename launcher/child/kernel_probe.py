@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 from isolate import run_isolated
@@ -174,11 +175,13 @@ def nvfp4_marlin(m, n, k):
     ), lambda: x.float() @ w_ref.float()
 
 
-E, TOPK = 8, 2  # experts and experts per token of the MoE probes
+# the layer the shapes come from: a Mixtral-like MoE and a Llama-8B-like attention unless the request gives a
+# model's (each child probes one kernel, so the harness sets it once per child from the job)
+LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128)
 
 
 def moe_routing(m):
-    weights, ids = torch.topk(torch.softmax(torch.randn(m, E, device="cuda"), -1), TOPK)
+    weights, ids = torch.topk(torch.softmax(torch.randn(m, LAYER.experts, device="cuda"), -1), LAYER.topk)
     return weights, ids.to(torch.int32)
 
 
@@ -195,8 +198,8 @@ def moe_reference(x, w1, w2, weights, ids):
 
 
 def moe_bf16_weights(n, k):
-    w1 = torch.randn(E, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    w2 = torch.randn(E, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
+    w1 = torch.randn(LAYER.experts, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    w2 = torch.randn(LAYER.experts, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
     return w1, w2
 
 
@@ -214,10 +217,10 @@ def moe_fp8_inputs(m, n, k):
     """FP8 expert weights with one scale per expert; the reference uses the dequantized weights."""
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w1, w2 = moe_bf16_weights(n, k)
-    q1, s1 = zip(*(quantize_fp8(w1[i], per_row=False) for i in range(E)), strict=True)
-    q2, s2 = zip(*(quantize_fp8(w2[i], per_row=False) for i in range(E)), strict=True)
+    q1, s1 = zip(*(quantize_fp8(w1[i], per_row=False) for i in range(LAYER.experts)), strict=True)
+    q2, s2 = zip(*(quantize_fp8(w2[i], per_row=False) for i in range(LAYER.experts)), strict=True)
     w1q, w2q = torch.stack(q1), torch.stack(q2)
-    w1s, w2s = torch.stack(s1).float().reshape(E), torch.stack(s2).float().reshape(E)
+    w1s, w2s = torch.stack(s1).float().reshape(LAYER.experts), torch.stack(s2).float().reshape(LAYER.experts)
     weights, ids = moe_routing(m)
     dequantized = (w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None])
     return x, w1q, w2q, w1s, w2s, weights, ids, lambda: moe_reference(x, *dequantized, weights, ids)
@@ -257,16 +260,16 @@ def moe_cutlass_fp8(m, n, k):
         raise Unsupported(f"vLLM's CUTLASS grouped GEMM is not built for sm_{capability()}")
     x, w1q, w2q, w1s, w2s, weights, ids, reference = moe_fp8_inputs(m, n, k)
     out = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
-    workspace13 = torch.empty(m * TOPK, max(2 * n, k), device="cuda", dtype=torch.bfloat16)
-    workspace2 = torch.empty(m * TOPK, max(n, k), device="cuda", dtype=torch.bfloat16)
-    strides_k = torch.full((E,), k, device="cuda", dtype=torch.int64)
-    strides_n = torch.full((E,), n, device="cuda", dtype=torch.int64)
-    strides_2n = torch.full((E,), 2 * n, device="cuda", dtype=torch.int64)
+    workspace13 = torch.empty(m * LAYER.topk, max(2 * n, k), device="cuda", dtype=torch.bfloat16)
+    workspace2 = torch.empty(m * LAYER.topk, max(n, k), device="cuda", dtype=torch.bfloat16)
+    strides_k = torch.full((LAYER.experts,), k, device="cuda", dtype=torch.int64)
+    strides_n = torch.full((LAYER.experts,), n, device="cuda", dtype=torch.int64)
+    strides_2n = torch.full((LAYER.experts,), 2 * n, device="cuda", dtype=torch.int64)
 
     def run():
         xq, xs = ops.scaled_fp8_quant(x, None)
         run_cutlass_moe_fp8(
-            out, xq, w1q, w2q, ids, MoEActivation.SILU, E, None, w1s, w2s, xs, None,
+            out, xq, w1q, w2q, ids, MoEActivation.SILU, LAYER.experts, None, w1s, w2s, xs, None,
             strides_k, strides_n, strides_2n, strides_k, workspace13, workspace2, None, torch.bfloat16,
             False, False, False, weights, None,
         )  # fmt: skip
@@ -294,17 +297,17 @@ def moe_marlin(quant: str):
 
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w1, w2 = moe_bf16_weights(n, k)
-        p1 = list(zip(*(quantize(w1[i]) for i in range(E)), strict=True))
-        p2 = list(zip(*(quantize(w2[i]) for i in range(E)), strict=True))
+        p1 = list(zip(*(quantize(w1[i]) for i in range(LAYER.experts)), strict=True))
+        p2 = list(zip(*(quantize(w2[i]) for i in range(LAYER.experts)), strict=True))
         (r1, q1, s1), (r2, q2, s2) = (map(torch.stack, p[:3]) for p in (p1, p2))
-        g1, g2 = (torch.stack(p[3]).reshape(E) if quant == "nvfp4" else None for p in (p1, p2))
+        g1, g2 = (torch.stack(p[3]).reshape(LAYER.experts) if quant == "nvfp4" else None for p in (p1, p2))
         weights, ids = moe_routing(m)
         kind = scalar_types.float4_e2m1f if quant == "nvfp4" else scalar_types.float8_e4m3fn
 
         def run():
             return fused_marlin_moe(
                 hidden_states=x, w1=q1, w2=q2, bias1=None, bias2=None, w1_scale=s1, w2_scale=s2,
-                topk_weights=weights, topk_ids=ids, quant_type_id=kind.id, global_num_experts=E,
+                topk_weights=weights, topk_ids=ids, quant_type_id=kind.id, global_num_experts=LAYER.experts,
                 global_scale1=g1, global_scale2=g2,
             )  # fmt: skip
 
@@ -313,7 +316,7 @@ def moe_marlin(quant: str):
     return setup
 
 
-HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16  # a Llama-8B-like attention layer, vLLM's default block size
+BLOCK = 16  # vLLM's default KV-cache block size
 
 
 def paged_inputs(m, n, k):
@@ -322,18 +325,28 @@ def paged_inputs(m, n, k):
     the float32 reference (a function: it runs later, when it cannot disturb another kernel's timing)."""
     blocks_per_seq = -(-k // BLOCK)
     num_blocks = m * blocks_per_seq + 1
-    q = torch.randn(m * n, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    k_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(m * n, LAYER.heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
+    k_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
     table = torch.randperm(num_blocks - 1, device="cuda", dtype=torch.int32)[: m * blocks_per_seq].view(m, -1)
-    scale = HEAD_DIM**-0.5
+    scale = LAYER.head_dim**-0.5
 
     def reference():
-        ref = torch.empty(m * n, HEADS, HEAD_DIM, device="cuda")
-        group = HEADS // KV_HEADS
+        ref = torch.empty(m * n, LAYER.heads, LAYER.head_dim, device="cuda")
+        group = LAYER.heads // LAYER.kv_heads
         for i in range(m):
-            kk = k_cache[table[i].long()].reshape(-1, KV_HEADS, HEAD_DIM)[:k].float().repeat_interleave(group, 1)
-            vv = v_cache[table[i].long()].reshape(-1, KV_HEADS, HEAD_DIM)[:k].float().repeat_interleave(group, 1)
+            kk = (
+                k_cache[table[i].long()]
+                .reshape(-1, LAYER.kv_heads, LAYER.head_dim)[:k]
+                .float()
+                .repeat_interleave(group, 1)
+            )
+            vv = (
+                v_cache[table[i].long()]
+                .reshape(-1, LAYER.kv_heads, LAYER.head_dim)[:k]
+                .float()
+                .repeat_interleave(group, 1)
+            )
             scores = torch.einsum("qhd,khd->hqk", q[i * n : (i + 1) * n].float(), kk) * scale
             pos_q = torch.arange(k - n, k, device="cuda")[:, None]
             scores = scores.masked_fill(torch.arange(k, device="cuda")[None, :] > pos_q, float("-inf"))
@@ -393,7 +406,7 @@ def attention_flashinfer(m, n, k):
     indices = table.reshape(-1).contiguous()
     last_len = torch.full((m,), k - (pages - 1) * BLOCK, device="cuda", dtype=torch.int32)
     workspace = torch.zeros(256 << 20, device="cuda", dtype=torch.uint8)  # FlashInfer wants it zeroed
-    dims = (HEADS, KV_HEADS, HEAD_DIM, BLOCK)
+    dims = (LAYER.heads, LAYER.kv_heads, LAYER.head_dim, BLOCK)
     types = {"q_data_type": torch.bfloat16, "kv_data_type": torch.bfloat16, "sm_scale": kwargs["softmax_scale"]}
     if n == 1:
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
@@ -490,6 +503,7 @@ def probe(spec: dict, turn) -> dict:
     setup = KERNELS.get((spec["chain"], spec["kernel"]))
     if setup is None:
         return {"status": "not-probed", "error": "nemolaunch has no probe for this kernel yet"}
+    vars(LAYER).update(spec.get("layer", {}))
     torch.manual_seed(0)
     started = time.monotonic()
     prepared = []
