@@ -43,9 +43,8 @@ class Layer:
     """The layer whose shapes the probes time: a model's (from its config.json), or by default a Llama-8B-like
     layer and an 8-expert top-2 MoE with 2048-wide experts."""
 
-    dense: tuple[tuple[int, int], ...] = (
-        DEFAULT_NK  # (N, K) of the GEMMs; a model's: qkv, gate_up (fused, as in vLLM), down
-    )
+    # (N, K) of the dense GEMMs; from a model: qkv, gate_up (fused, as vLLM runs them) and down
+    dense: tuple[tuple[int, int], ...] = DEFAULT_NK
     hidden: int = 4096
     moe_intermediate: int = 2048
     experts: int = 8
@@ -230,7 +229,7 @@ def run(
 
 def slow_first(k: KernelResult) -> int:
     """Longest set-ups first, so they overlap everything else: FlashInfer compiles its kernels on first use
-    (125 s for its attention on a fresh H200, 36 s for its FP8 GEMM), MoE set-ups quantize every expert."""
+    (114-125 s for its attention on a fresh H200, 36-53 s for its FP8 GEMM), MoE set-ups quantize every expert."""
     if "flashinfer" in k.kernel.lower():
         return 0
     return 1 if k.chain.endswith("_moe") else 2

@@ -61,7 +61,7 @@ class Turn:
 Worker = Callable[[dict[str, Any], Turn], dict[str, Any]]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Child:
     job: dict[str, Any]
     pid: int
@@ -216,12 +216,15 @@ def run_isolated(
                             except json.JSONDecodeError:  # not an answer: the crash report says what it printed
                                 child.result = None
                 now = time.monotonic()
-                ended += [(c, True) for c in live.values() if c.deadline is not None and now > c.deadline]
+                ended += [
+                    (c, True) for c in live.values() if c.deadline is not None and now > c.deadline and c.result is None
+                ]
                 for child, timed_out in ended:
                     if child.from_child not in live:
                         continue
                     if timed_out:
-                        os.killpg(child.pid, signal.SIGKILL)
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(child.pid, signal.SIGKILL)
                     emit(child.job, _outcome(child, timed_out, timeout_s, noise))
                     del live[child.from_child]
                     if child in waiting:

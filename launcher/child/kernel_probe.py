@@ -1,18 +1,19 @@
 """The probe harness: set up, check and time kernels of vLLM's chains on this GPU.
 
-    python kernel_probe.py --list     the (chain, kernel) pairs it can probe, as JSON
     python kernel_probe.py --serve    imports torch and vLLM once, prints {"kernels": [...]}, reads one request
-                                      {"jobs": [{"chain", "kernel", "shapes": [[M, N, K], ...]}], "timeout_s",
-                                      "parallel"} on stdin, runs each job in a forked child (isolate.py) and
-                                      prints one JSON line per kernel as it ends, then {"done": true}
+                                      {"jobs": [{"chain", "kernel", "shapes": [[M, N, K], ...], "layer": {...}}],
+                                      "timeout_s", "parallel"} on stdin, runs each job in a forked child
+                                      (isolate.py) and prints one JSON line per kernel as it ends, then
+                                      {"done": true}
 
 If importing a module initializes CUDA (forked children could not use the GPU then), the harness starts again
 without importing anything up front and each child imports what it needs.
 
 Each kernel is called through the library call vLLM uses for it. Inputs are fresh random values, never zeros;
-the output is poisoned with NaN first so an unwritten element fails the check. The reference is computed in
-float32 from the same (dequantized) inputs, so the check measures the kernel, not the quantization. Times are
-medians of CUDA-graph replays (events around each replay), falling back to plain launches if capture fails.
+where a kernel writes into a buffer it is given, the buffer is poisoned with NaN first so an unwritten element
+fails the check. The reference is computed in float32 from the same (dequantized) inputs, so the check measures
+the kernel, not the quantization. Times are medians of CUDA-graph replays (events around each replay), falling
+back to plain launches if capture fails.
 """
 
 import importlib
@@ -571,8 +572,5 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--list":
-        print(json.dumps(sorted(KERNELS)))
-    elif sys.argv[1] == "--serve":
-        no_preload = sys.argv[2:3] == ["--no-preload"]
-        serve(preload=not no_preload, cuda_initialized_by=sys.argv[3] if no_preload else None)
+    no_preload = sys.argv[2:3] == ["--no-preload"]  # after a module initialized CUDA: see serve()
+    serve(preload=not no_preload, cuda_initialized_by=sys.argv[3] if no_preload else None)
