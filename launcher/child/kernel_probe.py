@@ -176,7 +176,7 @@ def nvfp4_marlin(m, n, k):
     ), lambda: x.float() @ w_ref.float()
 
 
-# the layer the shapes come from: a Mixtral-like MoE and a Llama-8B-like attention unless the request gives a
+# the layer the shapes come from: an 8-expert top-2 MoE and a Llama-8B-like attention unless the job gives a
 # model's (each child probes one kernel, so the harness sets it once per child from the job)
 LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128)
 
