@@ -118,6 +118,9 @@ def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
         "capability": list(cc) if cc else None,
         "memory_total_mib": mem.total // 2**20 if mem else None,
         "memory_used_mib": mem.used // 2**20 if mem else None,
+        # the memory bandwidth's factors (launcher/roofline.py): clock x bus width / 8 x 2
+        "memory_bus_width_bits": field("nvmlDeviceGetMemoryBusWidth"),
+        "memory_clock_max_mhz": field("nvmlDeviceGetMaxClockInfo", pynvml.NVML_CLOCK_MEM),
         "persistence": field("nvmlDeviceGetPersistenceMode"),
         "ecc_current": ecc[0] if ecc else None,
         "mig_current": mig[0] if mig else None,

@@ -10,6 +10,7 @@ import json
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -582,6 +583,47 @@ def lock_bundle(lockfile: Path, out: Path) -> int:
     return ExitCode.OK
 
 
+@cli.command()
+@click.argument("summary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="The served model's folder (or its config.json).",
+)
+@JSON_OPTION
+def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
+    """Each level of a bench SUMMARY.json as a share of the GPU's memory-bandwidth limit.
+
+    A decode step reads the weights it uses (an MoE: the experts routed to) and the KV cache; over the
+    GPU's bandwidth (NVML, or the datasheet) that gives the most tok/s possible. Not for the CPU engine.
+    """
+    from launcher import roofline as stage
+    from launcher.output import json_document
+    from launcher.views import roofline as view
+
+    doc, config = (
+        _read_json(summary, "a bench summary.json"),
+        _read_json(model_dir / "config.json" if model_dir.is_dir() else model_dir, "the model's config.json"),
+    )
+    result = stage.annotate(doc, config)
+    click.echo(json_document("roofline", result.to_json()) if as_json else view.render(result))
+    return ExitCode.OK if result.applies else ExitCode.NOT_READY
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    from launcher.errors import BadInput
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read {path}: {e}", f"give {what}") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{path} is not a JSON object", f"give {what}")
+    return doc
+
+
 @cli.group()
 def model() -> None:
     """Build models for testing and the embedded default."""
@@ -602,6 +644,43 @@ def model_tiny(out_dir: Path, python: Path | None) -> int:
     click.echo(f"building the tiny model with {interpreter.path} ({interpreter.source})", err=True)
     summary = tinymodel.build(interpreter.path, out_dir)
     click.echo(summary)
+    return ExitCode.OK
+
+
+@model.command("shape")
+@click.argument("ref", metavar="NAME|CONFIG.json")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--quantization",
+    type=click.Choice(["bf16", "fp8", "nvfp4"]),
+    default="bf16",
+    show_default=True,
+    help="fp8: vLLM quantizes online (--quantization fp8); nvfp4: a ModelOpt NVFP4 quantization_config.",
+)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Change a config.json key (repeatable).")
+@click.option("--list", "list_known", is_flag=True, help="List the known shapes and exit.")
+@PYTHON_OPTION
+def model_shape(
+    ref: str, out_dir: Path, quantization: str, overrides: tuple[str, ...], list_known: bool, python: Path | None
+) -> int:
+    """Write a weightless model folder with a known model's real shapes, to serve with --load-format dummy.
+
+    \b
+    NAME is a known shape (--list) or a model's config.json. The folder holds config.json (the real
+    vocab_size), the project's tokenizer padded to it, and the flags vLLM needs; `serve` and
+    `bench --profile` add them. Outputs are noise; throughput and latency are the model's.
+    """
+    from launcher import shapes
+    from launcher.engine import resolve_python
+    from launcher.views import model as view
+
+    if list_known:
+        click.echo(view.known_shapes(shapes.KNOWN.values()))
+        return ExitCode.OK
+    spec = shapes.resolve(ref, quantization, shapes.parse_overrides(overrides))
+    interpreter = resolve_python(python)
+    click.echo(f"writing the tokenizer with {interpreter.path} ({interpreter.source})", err=True)
+    click.echo(view.shape_written(shapes.write(spec, out_dir, interpreter.path)))
     return ExitCode.OK
 
 

