@@ -93,7 +93,7 @@ def test_list_shows_the_known_shapes(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for name in shapes.KNOWN:
         assert f"\n{name} " in out
-    assert "qwen3-30b-a3b  Qwen3MoeForCausalLM  30.5B   3.0B" in out
+    assert "qwen3-30b-a3b  Qwen3MoeForCausalLM  30.5B   3.4B" in out
 
 
 def test_launch_args_for_a_shape_add_only_what_the_profile_lacks(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ def known_shapes(known: Iterable[KnownShape]) -> str:
                 s.name,
                 c["architectures"][0],
                 f"{t.total_params / 1e9:.1f}B",
-                f"{t.active_params / 1e9:.1f}B",
+                f"{(t.active_params + t.embed_params) / 1e9:.1f}B",
                 c["num_hidden_layers"],
                 c["hidden_size"],
                 experts,
