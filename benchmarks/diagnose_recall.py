@@ -40,11 +40,14 @@ def main() -> None:
         else:
             missed.append(f"  {case['source']}  (wanted {case['fix_key']}; got {[f.rule.id for f in findings]})")
         root_named += any(f.severity == "error" for f in flagged)
+    threads = len({c["source"].split("#")[0] for c in cases})
     for line in missed:
         print("missed", line)
-    print(f"{path.name}: {len(rules)} rules; {failures} failure cases from {len({c['source'].split('#')[0] for c in cases})} threads")
-    print(f"recognised with the right fix: {recognised}/{failures} ({recognised / max(failures, 1):.0%}); "
-          f"an error finding at all: {root_named}/{failures}; false alarms: {alarms}/{benign} benign")
+    print(f"{path.name}: {len(rules)} rules; {failures} failure cases from {threads} threads")
+    print(
+        f"recognised with the right fix: {recognised}/{failures} ({recognised / max(failures, 1):.0%}); "
+        f"an error finding at all: {root_named}/{failures}; false alarms: {alarms}/{benign} benign"
+    )
 
 
 if __name__ == "__main__":

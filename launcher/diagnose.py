@@ -185,13 +185,18 @@ _FATAL = (
 # vLLM's and uvicorn's line prefixes before the message: "(EngineCore pid=1) ERROR 10-25 13:08:43 [core.py:708] "
 _LOG_PREFIX = re.compile(
     r"^(?:[\w.-]+\s+\|\s)?(?:\[[\dTZ:.-]+\]\s*)?(?:\([^)]*\)\s*)*(?:\[rank\d+\]:\s*)?"
-    r"(?:(?:ERROR|WARNING|INFO|CRITICAL|DEBUG)\s+\d\d-\d\d\s[\d:]+\s+\[?[\w.]+:\d+\]\s?)?"
+    r"(?:(?:ERROR|WARNING|INFO|CRITICAL|DEBUG)\s+(?:\d\d-\d\d\s[\d:]+\s+)?\[?[\w./-]+:\d+\]\s?)?"
 )
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$"
+)
 _WRAPPERS = ("EngineDeadError", "Engine core initialization failed", "EngineCore failed to start")
 # Where in vLLM's life a line is: markers it prints as it enters a stage, and functions in a traceback.
 _STAGES = (
-    ("loading weights", (b"Starting to load model", b"Loading safetensors checkpoint", b"load_weights", b"in load_model")),
+    (
+        "loading weights",
+        (b"Starting to load model", b"Loading safetensors checkpoint", b"load_weights", b"in load_model"),
+    ),
     (
         "memory profiling",
         (b"Loading weights took", b"Model loading took", b"determine_available_memory", b"in profile_run"),
@@ -243,11 +248,15 @@ class Matcher:
             for p in rule.patterns:
                 needle = required_literal(p)
                 assert needle is not None  # load_rules refuses patterns without one
-                self._by_needle.setdefault(needle, []).append((rule, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE)))
+                self._by_needle.setdefault(needle, []).append(
+                    (rule, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE))
+                )
         self.stage: str | None = None  # the stage at the end of what was fed
         self.roots: list[tuple[int, str, str | None]] = []  # (line, root error, stage)
         self.fatal: tuple[int, str] | None = None
         self._tracebacks = 0
+        self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
+        self._fatal_stage: str | None = None
 
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded
@@ -298,16 +307,31 @@ class Matcher:
         return best
 
     def _track_failure(self, text: bytes, first_line: int) -> None:
-        """Root errors: the exception each traceback ends with, and the stage the log was in there."""
+        """Root errors: the exception each traceback ends with, and the stage the log was in there. A traceback
+        may end in a later feed (live, line by line): then the next feeds finish it."""
+        if self._awaiting is not None:
+            stage, lines_left = self._awaiting
+            root = self._exception_after(text, 0, lines_left)
+            if root:
+                at, line = root
+                self.roots.append((first_line + text.count(b"\n", 0, at), line, self._stage_in(text[:at]) or stage))
+                self._awaiting = None
+            else:
+                left = lines_left - text.count(b"\n") - 1
+                self._awaiting = (self._stage_in(text) or stage, left) if left > 0 else None
         pos = text.find(_TRACEBACK)
         while pos >= 0 and self._tracebacks < MAX_ROOTS:
             self._tracebacks += 1
-            root = self._exception_after(text, pos)
+            after = text.find(b"\n", pos)
+            root = self._exception_after(text, after + 1, 400) if after >= 0 else None
+            stage_here = self._stage_at(text, pos)
             if root:
                 at, line = root
                 # a traceback names the stage through its frames; else the last marker the log printed
-                stage = self._stage_in(text[pos:at]) or self._stage_at(text, pos)
+                stage = self._stage_in(text[pos:at]) or stage_here
                 self.roots.append((first_line + text.count(b"\n", 0, at), line, stage))
+            else:
+                self._awaiting = (self._stage_in(text[pos:]) or stage_here, 400)
             pos = text.find(_TRACEBACK, pos + len(_TRACEBACK))
         if self.fatal is None:
             for marker in _FATAL:
@@ -317,8 +341,7 @@ class Matcher:
                     end = text.find(b"\n", at)
                     line = _clean(text[start : end if end >= 0 else len(text)])
                     self.fatal = (first_line + text.count(b"\n", 0, start), line)
-                    if not self.roots:
-                        self.roots.append((self.fatal[0], line, self._stage_at(text, start)))
+                    self._fatal_stage = self._stage_at(text, start)
                     break
         self.stage = self._stage_at(text, len(text))
 
@@ -331,18 +354,17 @@ class Matcher:
         return found
 
     @staticmethod
-    def _exception_after(text: bytes, pos: int, max_lines: int = 400) -> tuple[int, str] | None:
-        """The first exception line after a traceback header: where Python says what went wrong."""
-        at = text.find(b"\n", pos)
+    def _exception_after(text: bytes, start: int, max_lines: int) -> tuple[int, str] | None:
+        """The first exception line from `start` on: where Python says what went wrong."""
         for _ in range(max_lines):
-            if at < 0:
+            if start >= len(text):
                 return None
-            end = text.find(b"\n", at + 1)
-            raw = text[at + 1 : end if end >= 0 else len(text)].decode("utf-8", "replace")
-            message = _LOG_PREFIX.sub("", _PREFIX.sub("", raw)).strip()
+            end = text.find(b"\n", start)
+            end = len(text) if end < 0 else end
+            message = _LOG_PREFIX.sub("", _PREFIX.sub("", text[start:end].decode("utf-8", "replace"))).strip()
             if _EXCEPTION.match(message) and not message.startswith(_WRAPPERS):
-                return at + 1, message[:400]
-            at = end
+                return start, message[:400]
+            start = end + 1
         return None
 
     def _finding(self, rule: Rule, new: list[Finding]) -> Finding:
@@ -353,9 +375,12 @@ class Matcher:
 
     def root_cause(self) -> Finding | None:
         """The generic finding for a failure no rule names: the first root error and its stage."""
-        if not self.roots:
+        if self.roots:
+            line, text, stage = self.roots[0]
+        elif self.fatal:
+            (line, text), stage = self.fatal, self._fatal_stage
+        else:
             return None
-        line, text, stage = self.roots[0]
         finding = Finding(ROOT_CAUSE, "error" if self.fatal or self._tracebacks else "warning", count=1)
         finding.evidence = [(line, text)]
         if self.fatal and self.fatal[0] != line:
@@ -366,7 +391,7 @@ class Matcher:
 
     def report(self) -> list[Finding]:
         """Findings by severity. Catch-alls are dropped when a specific error or warning explains the log; when
-        none does and vLLM failed, the root error and its stage are the finding."""
+        none does and vLLM failed, the root error and its stage are added to them."""
         found = [f for f in self.findings.values() if f.count]
         explained = any(f.severity in ("error", "warning") and not f.rule.generic for f in found)
         if explained:
@@ -374,7 +399,7 @@ class Matcher:
         else:
             root = self.root_cause()
             if root:
-                found = [f for f in found if not f.rule.generic] + [root]
+                found.append(root)
         return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), f.evidence[0][0] if f.evidence else 0))
 
 
