@@ -498,7 +498,9 @@ def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
             )
         )
     else:
-        click.echo(stage.render_text(findings, lines, "stdin" if logfile == "-" else logfile))
+        from launcher.views.diagnose import render_text
+
+        click.echo(render_text(findings, lines, "stdin" if logfile == "-" else logfile))
     return stage.exit_code(findings)
 
 

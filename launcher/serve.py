@@ -136,23 +136,28 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _follow(path: Path, stop: threading.Event, on_line: Callable[[int, str], None]) -> None:
-    """Tail the server's log file line by line until `stop` is set (and the file is drained)."""
+def _follow(path: Path, stop: threading.Event, on_line: Callable[[int, str], None], say: Say | None = None) -> None:
+    """Tail the server's log file line by line until `stop` is set (and the file is drained). If it fails (the
+    log vanished, a matcher bug), it says so in one line instead of ending live diagnosis silently."""
     number = 0
-    with path.open("r", encoding="utf-8", errors="replace") as f:
-        pending = ""
-        while True:
-            chunk = f.readline()
-            if chunk:
-                pending += chunk
-                if pending.endswith("\n"):
-                    number += 1
-                    on_line(number, pending.rstrip("\n"))
-                    pending = ""
-            elif stop.is_set():
-                return
-            else:
-                time.sleep(0.1)
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            pending = ""
+            while True:
+                chunk = f.readline()
+                if chunk:
+                    pending += chunk
+                    if pending.endswith("\n"):
+                        number += 1
+                        on_line(number, pending.rstrip("\n"))
+                        pending = ""
+                elif stop.is_set():
+                    return
+                else:
+                    time.sleep(0.1)
+    except Exception as e:  # a thread's exception is otherwise lost: report it, serving goes on
+        if say:
+            say(f"nemolaunch: live log diagnosis stopped at log line {number}: {type(e).__name__}: {e}")
 
 
 def smoke_completion(url: str, model: str, max_tokens: int = 16) -> tuple[int, float]:
@@ -197,8 +202,16 @@ class LogWatch:
                 )
 
     def root_cause(self) -> str | None:
+        """Why vLLM failed: the first error finding (a rule's, or the root error and stage when none matched)."""
         errors = [f for f in self.matcher.report() if f.severity == "error"]
-        return f"{errors[0].rule.title}; fix: {errors[0].fix()}" if errors else None
+        if not errors:
+            return None
+        first = errors[0]
+        if first.rule.id == "root-error":
+            line, text = first.evidence[0]
+            stage = first.stage or "start-up"
+            return f"{text} (log line {line}, while {stage}); next: {first.fix()}"
+        return f"{first.rule.title}; fix: {first.fix()}"
 
 
 @dataclass
@@ -233,7 +246,7 @@ def launched(
 
     with _sigterm_as_interrupt():
         server = Server.start(plan.argv, env, plan.url, log_path)
-        watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line), daemon=True)
+        watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
         try:
             try:

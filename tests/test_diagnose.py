@@ -10,7 +10,7 @@ import pytest
 
 from checks.gpu_family import family_from_text
 from launcher.cli import main
-from launcher.diagnose import Matcher, diagnose_blocks, load_rules, read_blocks
+from launcher.diagnose import Matcher, diagnose_blocks, load_rules, read_blocks, required_literal
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "sm12x-serving-logs.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text().splitlines()]
@@ -71,7 +71,9 @@ def test_the_root_error_hides_the_generic_one() -> None:
         "ERROR [core.py:843] RuntimeError: bmm_fp8_internal_cublaslt failed: the library was not initialized\n"
     )
     assert [f["id"] for f in diagnose_text(log)] == ["flashinfer-fp8-gemm"]
-    assert [f["id"] for f in diagnose_text(log.splitlines()[0])] == ["engine-core-died"]
+    alone = diagnose_text(log.splitlines()[0])  # no root cause in the log: the fatal line is the root error
+    assert [f["id"] for f in alone] == ["engine-core-died", "root-error"]
+    assert alone[1]["evidence"] == [{"line": 1, "text": "ERROR [core.py:843] EngineCore failed to start."}]
 
 
 def test_prefixes_colour_and_line_numbers() -> None:
@@ -138,3 +140,108 @@ def test_eager_mode_is_a_warning_in_a_real_log() -> None:
     findings = {f["id"]: f for f in diagnose_text(log.read_text(), "H200")}
     assert findings["enforce-eager"]["severity"] == "warning"
     assert not [f for f in findings.values() if f["severity"] == "error"]
+
+
+CASES_DIR = Path(__file__).parent / "fixtures" / "diagnose"
+CASES = [json.loads(line) for line in (CASES_DIR / "cases.jsonl").read_text().splitlines()]
+HOLDOUT = [json.loads(line) for line in (CASES_DIR / "holdout.jsonl").read_text().splitlines()]
+
+
+def _case_id(case: dict[str, str]) -> str:
+    return case["source"].removeprefix("https://github.com/").replace("/issues/", "#").replace("/pull/", "!")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["benign"] and c["fix_key"]], ids=_case_id)
+def test_public_failure_gets_a_specific_finding_naming_its_fix(case: dict[str, str]) -> None:
+    findings = diagnose_text(case["excerpt"])
+    specific = [f for f in findings if f["severity"] in ("error", "warning") and f["id"] != "root-error"]
+    assert any(case["fix_key"] in str(f["fix"]) for f in specific), [(f["id"], f["fix"]) for f in findings]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["benign"]], ids=_case_id)
+def test_public_benign_lines_get_no_error(case: dict[str, str]) -> None:
+    assert not [f["id"] for f in diagnose_text(case["excerpt"]) if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["benign"] and not c["fix_key"]], ids=_case_id)
+def test_a_death_without_a_known_cause_is_still_an_error(case: dict[str, str]) -> None:
+    findings = diagnose_text(case["excerpt"])
+    assert any(f["severity"] == "error" for f in findings), findings
+
+
+def test_holdout_threads_are_apart_from_the_rules_cases() -> None:
+    thread = lambda c: c["source"].split("#")[0]  # noqa: E731
+    assert not {thread(c) for c in CASES} & {thread(c) for c in HOLDOUT}
+    listed = set(json.loads((CASES_DIR / "holdout-threads.json").read_text())["holdout_threads"])
+    assert {thread(c) for c in HOLDOUT} == listed
+
+
+def test_every_pattern_has_a_literal_to_search_for() -> None:
+    for rule in load_rules():
+        for pattern in rule.patterns:
+            needle = required_literal(pattern)
+            assert needle and len(needle) >= 4 and needle.decode() in pattern.pattern.replace("\\", ""), rule.id
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literal"),
+    [
+        (r"Tried to allocate [\d.]+ [KMG]iB", b"Tried to allocate "),
+        (r"LoRA rank (?P<rank>\d+) is greater than", b" is greater than"),
+        (r"colou?r scheme", b"r scheme"),
+        (r"\[DEPRECATED\] x", b"[DEPRECATED] x"),
+        (r"abc|defgh", None),
+    ],
+)
+def test_required_literal(pattern: str, literal: bytes | None) -> None:
+    import re
+
+    assert required_literal(re.compile(pattern)) == literal
+
+
+def test_a_pattern_without_a_literal_is_refused(tmp_path: Path) -> None:
+    kb = tmp_path / "bad.toml"
+    kb.write_text(
+        "[[rule]]\nid = 'x'\nseverity = 'error'\ntitle = 't'\npatterns = ['\\\\d+|\\\\w+']\n"
+        "cause = 'c'\nfix = 'f'\nsource = 's'\n"
+    )
+    with pytest.raises(ValueError, match=r"bad.toml: rule x: pattern .* has no literal of 4\+ characters"):
+        load_rules([kb])
+
+
+ROOT_LOG = (
+    "(EngineCore pid=9) INFO 12-01 10:00:00 [loader.py:1] Starting to load model /m\n"
+    "(EngineCore pid=9) ERROR 12-01 10:00:02 [core.py:708] EngineCore failed to start.\n"
+    "(EngineCore pid=9) ERROR 12-01 10:00:02 [core.py:708] Traceback (most recent call last):\n"
+    '(EngineCore pid=9) ERROR 12-01 10:00:02 [core.py:708]   File "/x/runner.py", line 3, in load_model\n'
+    "(EngineCore pid=9) ERROR 12-01 10:00:02 [core.py:708] OSError: weights truncated at byte 912\n"
+)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["file", "line-by-line"])
+def test_unknown_death_names_root_line_and_stage(live: bool) -> None:
+    matcher = Matcher(load_rules())
+    for chunk in ROOT_LOG.splitlines(keepends=True) if live else [ROOT_LOG]:
+        matcher.feed(chunk.encode())
+    findings = {f.rule.id: f for f in matcher.report()}
+    assert set(findings) == {"engine-core-died", "root-error"}
+    finding = findings["root-error"]
+    assert (finding.rule.id, finding.severity, finding.stage) == ("root-error", "error", "loading weights")
+    assert finding.evidence[0] == (5, "OSError: weights truncated at byte 912")
+    assert "safetensors shard" in finding.fix()
+
+
+def test_cli_prints_root_line_and_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "died.log"
+    log.write_text(ROOT_LOG)
+    assert main(["diagnose", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert "  line 5: OSError: weights truncated at byte 912\n" in out
+    assert "  stage: loading weights\n" in out
+
+
+def test_a_log_without_newlines_is_read_in_bounded_blocks() -> None:
+    from launcher.diagnose import BLOCK_BYTES
+
+    blocks = list(read_blocks(io.BytesIO(b"x" * (3 * BLOCK_BYTES + 5)), "log"))
+    assert [len(b) for b in blocks] == [BLOCK_BYTES] * 3 + [5]
