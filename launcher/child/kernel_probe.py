@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import torch
 from isolate import run_isolated
+from verdict import NotProbed, Unsupported, classify
 
 FP8 = torch.float8_e4m3fn
 # relative Frobenius error allowed: bf16 output of exact inputs; and where the kernel itself quantizes an
@@ -48,14 +49,6 @@ PRELOAD = (
     "vllm.vllm_flash_attn",
     "flashinfer",
 )
-
-
-class Unsupported(Exception):
-    """The kernel says it cannot run here (capability, missing library): not a failure of the kernel."""
-
-
-class NotProbed(Exception):
-    """The kernel could run here, but this harness cannot drive it yet."""
 
 
 def capability() -> int:
@@ -477,24 +470,6 @@ def time_us(fn, repeats: int) -> tuple[float, str]:
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1000 / inner)
     return statistics.median(samples), how
-
-
-def classify(e: Exception) -> dict | None:
-    """unsupported / unavailable for errors that say the kernel cannot run here; None for a real failure."""
-    text = str(e)
-    if isinstance(e, Unsupported):
-        return {"status": "unsupported", "error": text}
-    if isinstance(e, NotProbed):
-        return {"status": "not-probed", "error": text}
-    if isinstance(e, ImportError) or (
-        isinstance(e, (AttributeError, TypeError)) and ("has no attribute" in text or "argument" in text)
-    ):
-        return {"status": "unavailable", "error": f"{type(e).__name__}: {e}"[:400]}
-    if isinstance(e, RuntimeError) and (
-        "NOT_SUPPORTED" in text or "not supported" in text.lower() or "no kernel image" in text
-    ):
-        return {"status": "unsupported", "error": f"{type(e).__name__}: {text.splitlines()[0]}"[:400]}
-    return None
 
 
 def probe(spec: dict, turn) -> dict:
