@@ -47,7 +47,7 @@ def rebuilt(message: str) -> BaseException:
         (captured_error("h200-torch-2026-11-30.json", "FlashInferFP8ScaledMMLinearKernel"), "unavailable"),
         (corpus_line("torch-no-sm120-01", "RuntimeError: CUDA error: no kernel image"), "unsupported"),
         (corpus_line("nvfp4-moe-cutlass-no-sm120-v0102-01", "NotImplementedError: No compiled"), "unsupported"),
-        (corpus_line("sglang-trtllm-attention-sm100-only-on-sm120-01", "RuntimeError: Error in function"), "unsupported"),
+        (corpus_line("sglang-trtllm-attention-sm100-only-on-sm120-01", "RuntimeError: Error in"), "unsupported"),
         (corpus_line("vllm-build-undefined-symbol-sm100-moe-rtx5080-01", "ImportError: "), "unavailable"),
         (corpus_line("gb10-fp8-cutlass-missing-sm121-cubins-01", "RuntimeError: Invalid status"), None),
         (corpus_line("deepgemm-sm120-unknown-recipe-01", "RuntimeError: Assertion error"), None),
