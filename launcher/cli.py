@@ -112,7 +112,13 @@ def doctor(
 @click.option(
     "--model",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Time the GEMM shapes of this model's config.json instead of a Llama-8B-like layer.",
+    help="Probe the chains this model can use (its quantization, its experts; attention always), at the shapes "
+    "of its config.json, instead of every chain at a Llama-8B-like layer.",
+)
+@click.option("--all", "every", is_flag=True, help="Every chain, even those --model cannot use.")
+@click.option(
+    "--quantization",
+    help="vLLM's online quantization of an unquantized --model (e.g. fp8): probe the chains it would run.",
 )
 @click.option(
     "--only", help="Only these chains (comma-separated: fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention)."
@@ -122,28 +128,40 @@ def doctor(
     "--recheck",
     "recheck_ref",
     help="A profile: re-run the probes behind its kernel choices and say "
-    "whether they are still the fastest (exit 1 if not).",
+    "whether they are still the fastest (exit 1 if not); its online quantization counts for --model.",
 )
 @PYTHON_OPTION
 def probe(
-    as_json: bool, model: Path | None, only: str | None, timeout_s: float, recheck_ref: str | None, python: Path | None
+    as_json: bool,
+    model: Path | None,
+    every: bool,
+    quantization: str | None,
+    only: str | None,
+    timeout_s: float,
+    recheck_ref: str | None,
+    python: Path | None,
 ) -> int:
-    """Run every kernel of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed.
+    """Run the kernels of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed.
 
     Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
     reference. Without an NVIDIA GPU it lists the chains and exits 3.
     """
     from launcher import probe as stage
     from launcher.errors import NotReady
-    from launcher.evidence import MARGIN, recheck, rechecked_chains
-    from launcher.output import json_document, table
+    from launcher.evidence import recheck, rechecked_chains
+    from launcher.output import json_document
     from launcher.profiles import load_profile
+    from launcher.views.probe import render
 
     chains = [c.strip() for c in only.split(",") if c.strip()] if only else None
     steered = load_profile(recheck_ref) if recheck_ref else None
     if steered and not chains:
         chains = rechecked_chains(steered)
-    report = stage.run(python, model, timeout_s, chains, progress=lambda m: click.echo(f"probing {m}", err=True))
+    if steered and quantization is None:
+        quantization = stage.profile_quantization(steered)
+    report = stage.run(
+        python, model, timeout_s, chains, lambda m: click.echo(f"probing {m}", err=True), quantization, every
+    )
     doc = report.to_json()
     checked = recheck(steered, doc) if steered and report.gpu else []
     if as_json:
@@ -154,43 +172,7 @@ def probe(
             ]
         click.echo(json_document("probe", doc))
     else:
-        gpu = report.gpu
-        where = f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})" if gpu else "no GPU"
-        click.echo(f"{where}; vLLM {report.vllm_version or 'not installed'} in {report.interpreter.describe()}")
-        for chain in dict.fromkeys(k.chain for k in report.kernels):
-            members = [k for k in report.kernels if k.chain == chain]
-            picks = sorted({(s["m"], s["n"], s["k"]) for k in members for s in k.shapes})
-            picks = [p for p in picks if p[1:] == picks[0][1:]][:6] if picks else []
-            rows = []
-            for k in members:
-                times = {(s["m"], s["n"], s["k"]): s for s in k.shapes}
-                cells = [
-                    f"{times[p]['us']:.1f} x{times[p]['relative'] or 0:.2f}" if p in times else None for p in picks
-                ]
-                declared = {True: "yes", False: "no", None: "?"}[k.declared]
-                rows.append(
-                    [
-                        "-" if k.position is None else k.position + 1,
-                        k.kernel,
-                        declared,
-                        k.status,
-                        *cells,
-                        (k.error or "")[:70],
-                    ]
-                )
-            shape_heads = [f"M={p[0]} us" for p in picks]
-            click.echo(f"\n{chain} ({report.sources[chain]})" + (f", N={picks[0][1]} K={picks[0][2]}" if picks else ""))
-            click.echo(table(["#", "kernel", "declared", "status", *shape_heads, "error"], rows))
-            if gpu:
-                pick, top = report.recommended.get(chain), report.fastest.get(chain)
-                extra = f" (fastest measured: {top}, which vLLM declares unsupported here)" if top != pick else ""
-                click.echo(f"recommended: {pick or 'none measured'}{extra}")
-        if steered and checked:
-            click.echo(
-                f"\nrecheck of profile {steered.name} (within {MARGIN - 1:.0%} of the fastest counts as still best)"
-            )
-            verdicts = [(c, got, pick or "-", "yes" if ok else "NO") for c, got, pick, ok in checked]
-            click.echo(table(["chain", "profile gets", "probe recommends", "still best"], verdicts))
+        click.echo(render(report, checked, steered.name if steered else None))
     if report.gpu is None:
         raise NotReady(
             "probes need an NVIDIA GPU (the chains above were read, nothing was run)",

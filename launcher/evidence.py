@@ -7,12 +7,12 @@ Only what was measured becomes a setting, and every setting says why.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
 from launcher.profiles import ServingProfile, parse_profile
+from launcher.ranking import relative_speed
 
 MIN_HEADROOM_GIB = 4.0
 MAX_HEADROOM_GIB = 14.0  # the seed: 0.85 of a 96 GB card (14 GiB outside) fit graph capture, 0.9 (9.6) did not
@@ -84,8 +84,7 @@ def speed(probe: dict[str, Any], chain: str, kernel: str) -> float | None:
     """A kernel's geometric-mean time relative to the fastest at each shape (1.0 = fastest everywhere)."""
     for k in probe["kernels"]:
         if k["chain"] == chain and k["kernel"] == kernel and k["status"] == "ok" and k["shapes"]:
-            rel = [s["relative"] for s in k["shapes"] if s.get("relative")]
-            return math.exp(sum(math.log(r) for r in rel) / len(rel)) if rel else None
+            return relative_speed(k["shapes"])
     return None
 
 

@@ -13,6 +13,7 @@ prefill-like shapes weigh the same), because the winner at M=256 is not the winn
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,8 @@ from checks.proc import Conversation, run_python
 from launcher import chains as chain_table
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, NotReady
+from launcher.profiles import ServingProfile
+from launcher.ranking import relative_speed
 
 CHILD = Path(__file__).resolve().parent / "child"
 DECODE_M, PREFILL_M = (1, 16, 64, 256), (2048,)
@@ -88,6 +91,7 @@ class ProbeReport:
     seconds: float
     layer: Layer = field(default_factory=Layer)
     interrupted: bool = False
+    selection: chain_table.ChainSelection = field(default_factory=chain_table.all_chains)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,20 +104,35 @@ class ProbeReport:
             "seconds": round(self.seconds, 1),
             "interrupted": self.interrupted,
             "layer": asdict(self.layer),
+            "chains_probed": self.selection.chains,
+            "chains_left_out": self.selection.left_out,
             "kernels": [k.__dict__ for k in self.kernels],
         }
 
 
-def model_layer(model: Path) -> Layer:
-    """A model's layer from its config.json (text_config for multimodal models); MoE sizes only if it has experts."""
+def read_config(model: Path) -> dict[str, Any]:
+    """A model's config.json (its text_config for multimodal models)."""
     try:
         cfg = json.loads((model / "config.json").read_text())
-        cfg = cfg.get("text_config", cfg)
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadInput(f"cannot read layer shapes from {model}/config.json: {e}", "give a model folder") from None
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{model}/config.json is not a JSON object", "give a model folder")
+    text = cfg.get("text_config")
+    if isinstance(text, dict):  # the quantization of a multimodal model is kept at the top level
+        return {**text, **{k: cfg[k] for k in ("quantization_config",) if k in cfg and k not in text}}
+    return cfg
+
+
+def model_layer(model: Path) -> Layer:
+    """A model's layer from its config.json (text_config for multimodal models); MoE sizes only if it has experts."""
+    cfg = read_config(model)
+    try:
         h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         kv = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or h // heads)
         inter = int(cfg.get("intermediate_size") or cfg["moe_intermediate_size"])
-        experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+        experts = next((cfg[k] for k in chain_table.EXPERT_KEYS if cfg.get(k)), None)
         moe = {}
         if experts:
             moe = {
@@ -121,10 +140,49 @@ def model_layer(model: Path) -> Layer:
                 "topk": int(cfg.get("num_experts_per_tok") or cfg.get("moe_topk") or cfg["top_k"]),
                 "moe_intermediate": int(cfg.get("moe_intermediate_size") or inter),
             }
-    except (OSError, KeyError, ValueError, TypeError, json.JSONDecodeError) as e:
-        raise BadInput(f"cannot read layer shapes from {model}/config.json: {e}", "give a model folder") from None
+    except (KeyError, ValueError, TypeError) as e:
+        raise BadInput(f"cannot read layer shapes from {model}/config.json: {e!r}", "give a model folder") from None
     dense = ((heads * head_dim + 2 * kv * head_dim, h), (2 * inter, h), (h, inter))
     return Layer(dense=dense, hidden=h, heads=heads, kv_heads=kv, head_dim=head_dim, **moe)
+
+
+def model_quantization(model: Path, online: str | None) -> chain_table.Quantization:
+    """The checkpoint's quantization, or vLLM's online quantization of an unquantized one (--quantization, or a
+    profile's). A checkpoint quantized one way cannot be served quantized another: that is bad input."""
+    hf_quant: dict[str, Any] | None = None
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        hf_quant = json.loads((model / "hf_quant_config.json").read_text())
+    found = chain_table.checkpoint_quantization(read_config(model), hf_quant if isinstance(hf_quant, dict) else None)
+    if online is None:
+        return found
+    asked = chain_table.online_quantization(online, f"--quantization {online}")
+    if found.kind is not None and found.kind != asked.kind:
+        raise BadInput(
+            f"{model} is quantized as {found.kind} ({found.where}); --quantization {online} does not apply to it",
+            "leave --quantization out for a quantized checkpoint",
+        )
+    return found if found.kind is not None else asked
+
+
+def profile_quantization(profile: ServingProfile) -> str | None:
+    """The online quantization a profile asks vLLM for: a `quantization` setting, or --quantization/-q in its
+    extra_args."""
+    if profile.settings.get("quantization"):
+        return str(profile.settings["quantization"])
+    args = [str(a) for a in profile.settings.get("extra_args", [])]
+    for i, arg in enumerate(args):
+        if arg.startswith("--quantization="):
+            return arg.split("=", 1)[1]
+        if arg in ("--quantization", "-q") and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def chains_for(model: Path | None, quantization: str | None, every: bool) -> chain_table.ChainSelection:
+    """What to probe: with a model (and not --all), the chains it can use; otherwise every chain."""
+    if model is None or every:
+        return chain_table.all_chains()
+    return chain_table.select_chains(read_config(model), model_quantization(model, quantization))
 
 
 def shapes_for(chain: str, layer: Layer) -> list[list[int]]:
@@ -153,10 +211,6 @@ def read_chains(
     return chains, sources, found["vllm"]
 
 
-def geomean_relative(k: KernelResult) -> float:
-    return math.exp(sum(math.log(s["relative"]) for s in k.shapes) / len(k.shapes))
-
-
 def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, str | None]]:
     """Per chain: each shape's time relative to the fastest usable kernel there; then (recommended, fastest).
 
@@ -182,7 +236,11 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
         if any(k.status == "interrupted" for k in members):  # a kernel never measured might have won
             recommended[chain] = fastest[chain] = None
             continue
-        scored = sorted((geomean_relative(k), k.kernel, k) for k in usable if k.position is not None)
+        scored = sorted(
+            (speed, k.kernel, k)
+            for k in usable
+            if k.position is not None and (speed := relative_speed(k.shapes)) is not None
+        )
         fastest[chain] = scored[0][1] if scored else None
         selectable = [name for _, name, k in scored if k.declared is not False]
         recommended[chain] = selectable[0] if selectable else None
@@ -190,9 +248,25 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
 
 
 def run(
-    python: Path | None, model: Path | None, timeout_s: float, only: list[str] | None, progress: Callable[[str], None]
+    python: Path | None,
+    model: Path | None,
+    timeout_s: float,
+    only: list[str] | None,
+    progress: Callable[[str], None],
+    quantization: str | None = None,
+    every: bool = False,
 ) -> ProbeReport:
+    """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given."""
     layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
+    selection = chains_for(model, quantization, every)
+    unknown = [c for c in only or [] if c not in chain_table.CHAINS]
+    if unknown:
+        raise BadInput(f"unknown chain {', '.join(unknown)}", f"pick from {', '.join(chain_table.CHAINS)}")
+    if only:
+        for chain in list(selection.chains):
+            if chain not in only:
+                selection.left_out[chain] = "not in --only"
+                del selection.chains[chain]
     interpreter = resolve_python(python)
     start = time.monotonic()
     nvml = nvml_facts()
@@ -202,12 +276,9 @@ def run(
     harness = Conversation([interpreter.path, CHILD / "kernel_probe.py", "--serve"]) if gpu else None
     try:
         chains, sources, vllm_version = read_chains(interpreter.path, capability)
-        unknown = [c for c in only or [] if c not in chains]
-        if unknown:
-            raise BadInput(f"unknown chain {', '.join(unknown)}", f"pick from {', '.join(chains)}")
         kernels: list[KernelResult] = []
         for chain, members in chains.items():
-            if only and chain not in only:
+            if chain not in selection.chains:
                 continue
             entries: list[tuple[int | None, str, bool | None, str | None]] = [
                 (i, m["name"], m.get("declared"), m.get("reason")) for i, m in enumerate(members)
@@ -215,7 +286,8 @@ def run(
             entries += [(None, b, None, "baseline, not in vLLM's chain") for b in chain_table.BASELINES.get(chain, [])]
             for position, name, declared, reason in entries:
                 kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
-        report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0, layer)
+        sources = {c: where for c, where in sources.items() if c in selection.chains}
+        report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0, layer, selection=selection)
         if harness is not None:
             report.interrupted = _probe_all(harness, kernels, layer, timeout_s, progress)
     finally:

@@ -16,6 +16,7 @@ the kernel, not the quantization. Times are medians of CUDA-graph replays (event
 back to plain launches if capture fails.
 """
 
+import functools
 import importlib
 import json
 import math
@@ -29,6 +30,7 @@ from types import SimpleNamespace
 
 import torch
 from isolate import run_isolated
+from verdict import NotProbed, Unsupported, classify
 
 FP8 = torch.float8_e4m3fn
 # relative Frobenius error allowed: bf16 output of exact inputs; and where the kernel itself quantizes an
@@ -48,14 +50,6 @@ PRELOAD = (
     "vllm.vllm_flash_attn",
     "flashinfer",
 )
-
-
-class Unsupported(Exception):
-    """The kernel says it cannot run here (capability, missing library): not a failure of the kernel."""
-
-
-class NotProbed(Exception):
-    """The kernel could run here, but this harness cannot drive it yet."""
 
 
 def capability() -> int:
@@ -395,11 +389,41 @@ def attention_flash(m, n, k):
     return run, reference
 
 
+@functools.cache
+def flashinfer_attention_modules() -> None:
+    """Compile, in one ninja run, the two FlashInfer modules vLLM's FLASHINFER backend loads for bf16 attention:
+    the batch-prefill module of the tensor-core decode wrapper (fa2) and the prefill wrapper's (fa3 where the GPU
+    has it, as its "auto" backend picks). Each wrapper would compile its own when planned, one after the other:
+    114-145 s on a fresh H200, most of a first probe; side by side their sources share the cores. They land in
+    FlashInfer's own cache (~/.cache/flashinfer, or under $FLASHINFER_WORKSPACE_BASE), where vLLM finds them. If
+    FlashInfer's JIT API moved, the wrappers compile them as before. NEMOLAUNCH_FLASHINFER_PREBUILD=0 leaves it to
+    the wrappers (benchmarks/gpu_probe.sh measures the difference)."""
+    if os.environ.get("NEMOLAUNCH_FLASHINFER_PREBUILD") == "0":
+        return
+    try:
+        from flashinfer.jit.attention.modules import gen_batch_prefill_module
+        from flashinfer.jit.core import build_jit_specs
+        from flashinfer.utils import determine_attention_backend
+    except ImportError:
+        return
+    bf16, hd = torch.bfloat16, LAYER.head_dim
+    prefill = determine_attention_backend(torch.device("cuda"), 0, False, False, bf16, bf16)
+    # dtypes q, kv, o, index; head dims qk, vo; no RoPE in the kernel, no sliding window, no soft cap, no fp16 QK
+    # reduction: what plan() passes for vLLM's bf16 paged attention
+    flags = (0, False, False, False)
+    specs = [
+        gen_batch_prefill_module(backend, bf16, bf16, bf16, torch.int32, hd, hd, *flags)
+        for backend in dict.fromkeys(("fa2", prefill))
+    ]
+    build_jit_specs(specs, verbose=False)
+
+
 def attention_flashinfer(m, n, k):
     """FlashInfer's paged wrappers as vLLM's FLASHINFER backend builds them: the decode wrapper with tensor
     cores for one new token, the prefill wrapper otherwise; backend "auto", buffers fixed for CUDA graphs."""
     import flashinfer
 
+    flashinfer_attention_modules()
     kwargs, reference = paged_inputs(m, n, k)
     table = kwargs["block_table"]
     pages = table.shape[1]
@@ -477,24 +501,6 @@ def time_us(fn, repeats: int) -> tuple[float, str]:
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1000 / inner)
     return statistics.median(samples), how
-
-
-def classify(e: Exception) -> dict | None:
-    """unsupported / unavailable for errors that say the kernel cannot run here; None for a real failure."""
-    text = str(e)
-    if isinstance(e, Unsupported):
-        return {"status": "unsupported", "error": text}
-    if isinstance(e, NotProbed):
-        return {"status": "not-probed", "error": text}
-    if isinstance(e, ImportError) or (
-        isinstance(e, (AttributeError, TypeError)) and ("has no attribute" in text or "argument" in text)
-    ):
-        return {"status": "unavailable", "error": f"{type(e).__name__}: {e}"[:400]}
-    if isinstance(e, RuntimeError) and (
-        "NOT_SUPPORTED" in text or "not supported" in text.lower() or "no kernel image" in text
-    ):
-        return {"status": "unsupported", "error": f"{type(e).__name__}: {text.splitlines()[0]}"[:400]}
-    return None
 
 
 def probe(spec: dict, turn) -> dict:
