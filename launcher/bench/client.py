@@ -200,13 +200,19 @@ def finish(record: RequestRecord, start: float, times: list[float], counts: list
     record.itl_s = [g / per_gap for g in gaps] if per_gap != 1.0 else gaps
 
 
+class HTTPStatusError(NemolaunchError):
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 async def get_json(session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **kw: Any) -> Any:
     """A JSON answer, or one line saying what came back instead (an HTML page, not JSON, an error status)."""
     async with session.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=60), **kw) as resp:
         text = await resp.text(errors="replace")
         if resp.status != 200:
             first = " ".join(text.split())[:120]
-            raise NemolaunchError(f"{method} {url} answered HTTP {resp.status}: {first}")
+            raise HTTPStatusError(f"{method} {url} answered HTTP {resp.status}: {first}", resp.status)
         try:
             return json.loads(text)
         except json.JSONDecodeError:
@@ -238,9 +244,9 @@ async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | N
             "start one (nemolaunch serve) or give its address with --url",
         ) from None
     except NemolaunchError as e:
-        if "HTTP 401" in e.message or "HTTP 403" in e.message:
+        if isinstance(e, HTTPStatusError) and e.status in (401, 403):
             raise NotReady(
-                f"{url} refused the request ({e.message.split(': ')[1]})",
+                f"{url} refused the request (HTTP {e.status})",
                 "give its API key with --api-key-file FILE or $NEMOLAUNCH_API_KEY",
             ) from None
         raise NotReady(f"{url} is not an OpenAI-compatible server: {e.message}", fix) from None

@@ -314,8 +314,7 @@ def _report(summary: dict[str, Any], out: Path) -> None:
     from launcher.compare import write_report
 
     plotted = [lv for lv in summary.get("levels", []) if lv["completed"] and lv["concurrency"] is not None]
-    if plotted:
-        write_report([{**summary, "levels": plotted, "_folder": str(out)}], out, [])
+    write_report([{**summary, "levels": plotted, "_folder": str(out)}], out, [])
 
 
 def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) -> SweepOutcome:
