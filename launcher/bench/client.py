@@ -37,6 +37,7 @@ class RequestRecord:
     error_class: str | None = None  # http-NNN, timeout, stalled, disconnected, connect, malformed, server-error
     error: str | None = None
     start_s: float = 0.0  # from the level's start
+    queue_s: float = 0.0  # waited in the client for a free slot under the concurrency cap (request-rate mode)
     ttft_s: float | None = None
     e2e_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
@@ -67,13 +68,13 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def request(self, prompt: str, output_len: int) -> tuple[str, dict[str, Any]]:
+        # what vLLM bench serve sends, nothing more: no min_tokens (a logits processor on every step; ignore_eos
+        # already runs to max_tokens), no temperature (the server's default sampling, as vLLM's client gets)
         common: dict[str, Any] = {
             "model": self.model,
             "max_tokens": output_len,
-            "min_tokens": output_len,
             "ignore_eos": True,
             "stream": True,
-            "temperature": 0.0,
             "stream_options": {"include_usage": True},
         }
         if self.endpoint == "chat":

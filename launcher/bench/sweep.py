@@ -75,9 +75,9 @@ async def run_level(
     the level's wall time (first request sent to last token received)."""
     tag = spec.tag
 
-    async def send(index: int, start: float) -> RequestRecord:
+    async def send(index: int, start: float, queued: float = 0.0) -> RequestRecord:
         p = prompts[index % len(prompts)]
-        record = RequestRecord(tag, repeat, index, p.input_len, p.output_len)
+        record = RequestRecord(tag, repeat, index, p.input_len, p.output_len, queue_s=queued)
         await one_request(session, target, p.text, record, start, cfg.request_timeout_s, cfg.stall_timeout_s)
         if record.ok:
             record.length_ok = _length_ok(cfg, record)
@@ -117,8 +117,9 @@ async def run_level(
                 if cap is None:
                     done(await send(index, start))
                     return
+                arrived = time.perf_counter()
                 async with cap:
-                    done(await send(index, start))
+                    done(await send(index, start, time.perf_counter() - arrived))
 
             tasks = []
             for index, offset in enumerate(
