@@ -253,3 +253,18 @@ def test_chat_endpoint_streams_and_checks_completion_length(tmp_path: Path) -> N
     assert outcome.code == ExitCode.OK
     records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
     assert all(r["output_tokens"] == 8 and r["prompt_tokens"] == 21 and r["length_ok"] for r in records)
+
+
+def test_measure_level_returns_one_typed_level_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from launcher.bench import LevelResult, measure_level
+
+    monkeypatch.chdir(tmp_path)
+    with serving(free_port(), token_delay_s=0.001) as url:
+        level = measure_level(cfg(url, repeats=2), 2)
+        assert url.state["served"] == 8  # 4 prompts x 2 repeats, no warm-up
+    assert isinstance(level, LevelResult)
+    assert (level.concurrency, level.completed, level.failed, level.repeats) == (2, 8, 0, 2)
+    assert level.output_throughput_tok_s > 0 and level.tpot_ms.mean is not None
+    assert list(tmp_path.iterdir()) == []
