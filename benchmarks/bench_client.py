@@ -5,7 +5,7 @@ python benchmarks/bench_client.py accuracy --url URL --engine ENGINE_PY --model 
     alternating order (A B B A) so that warm-up and drift do not favour one of them
 python benchmarks/bench_client.py ceiling --engine ENGINE_PY --tokenizer DIR
     a local server that streams as fast as it can (tests/fake_server.py): client-side tok/s at concurrency
-    64 for both tools, and the TPOT the client adds over a server that sends a token every 5 ms
+    64 and 256 for both tools, and the TPOT the client adds over a server that sends a token every 5 ms
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ def same_prompts(url: str, model: str, n: int, inp: int, out: int, tmp: Path) ->
 
     import aiohttp
 
-    from launcher.bench import BenchConfig, make_prompts
+    from launcher.bench.workload import Tokenizer, exact_prompts
 
     async def fetch() -> list[str]:
         async with aiohttp.ClientSession() as session:
-            return await make_prompts(session, BenchConfig(url=url, input_len=inp, output_len=out), model, n)
+            return [p.text for p in await exact_prompts(Tokenizer(session, url, model, {}), inp, out, n, 0)]
 
     path = tmp / f"prompts-{n}-{inp}.jsonl"
     path.write_text("".join(json.dumps({"prompt": p, "output_tokens": out}) + "\n" for p in asyncio.run(fetch())))
@@ -174,13 +174,15 @@ def ceiling(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        with serving(free_port()) as url:
-            a = ours(url, "fake", 64, 512, 128, 256, tmp)
-            b = theirs(args.engine, url, "fake", args.tokenizer, 64, 512, 128, 256, tmp)
-            print(
-                f"ceiling, c=64, 512 requests x 256 tokens, server streaming as fast as it can: "
-                f"nemolaunch {a['tok_s']:.0f} tok/s, vllm bench serve {b['tok_s']:.0f} tok/s"
-            )
+        for c in (64, 256):
+            with serving(free_port()) as url:
+                a = ours(url, "fake", c, 4 * c, 128, 256, tmp)
+                b = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
+                print(
+                    f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can: "
+                    f"nemolaunch {a['tok_s']:.0f} tok/s, vllm bench serve {b['tok_s']:.0f} tok/s "
+                    f"({a['tok_s'] / b['tok_s']:.2f}x)"
+                )
         with serving(free_port(), token_delay_s=0.005) as url:
             a = ours(url, "fake", 1, 16, 128, 128, tmp)
             b = theirs(args.engine, url, "fake", args.tokenizer, 1, 16, 128, 128, tmp)

@@ -335,16 +335,48 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
+
+
 @cli.command()
 @click.option("--url", help="An OpenAI-compatible server already running (e.g. http://127.0.0.1:8000).")
 @click.option("--profile", "profile_ref", help="Or: start vLLM with this profile (with --model), sweep, stop it.")
 @click.option("--model", help="With --profile: the model folder. With --url: the served model name (default: first).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--concurrency", default="1,2,4,8,16,32,64", show_default=True, help="Levels, comma-separated.")
+@click.option(
+    "--concurrency",
+    default=None,
+    help="Levels, comma-separated [default: 1,2,4,8,16,32,64]. With --request-rate or --context-lens: one value, "
+    "the cap on requests in flight.",
+)
+@click.option("--request-rate", help="Levels as requests per second, comma-separated (instead of concurrency levels).")
+@click.option(
+    "--arrival",
+    type=click.Choice(["poisson", "constant", "gamma"]),
+    default="poisson",
+    show_default=True,
+    help="With --request-rate: arrival times (gamma: shape --burstiness, as vLLM bench serve).",
+)
+@click.option("--burstiness", default=1.0, show_default=True, help="With --arrival gamma: below 1 burstier.")
+@click.option("--slo", help="Goodput: service levels in ms, e.g. ttft=200,tpot=50 (names: ttft, tpot, e2el).")
+@click.option("--slo-share", default=0.9, show_default=True, help="A level meets the SLOs when this share does.")
+@click.option(
+    "--dataset",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Prompts from a JSONL file: {"prompt": "...", "output_tokens": 128} per line.',
+)
+@click.option(
+    "--shared-prefix", default=0, show_default=True, type=click.IntRange(0), help="Tokens every prompt shares."
+)
+@click.option("--context-lens", help="A context-length sweep: prompt lengths in tokens, comma-separated.")
 @click.option("--input-len", default=512, show_default=True, type=click.IntRange(1))
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(2))
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level [default: 4 x concurrency, >= 8].")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=1), help="Seconds per level instead.")
+@click.option("--duration", "duration_s", type=float, help="Seconds per level instead.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
@@ -356,6 +388,11 @@ def _int_list(text: str) -> tuple[int, ...]:
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option("--request-timeout", default=600.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--api-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The server's API key (first line). Default: $NEMOLAUNCH_API_KEY, then $VLLM_API_KEY. Never written.",
+)
 @PYTHON_OPTION
 @JSON_OPTION
 def bench(
@@ -363,7 +400,15 @@ def bench(
     profile_ref: str | None,
     model: str | None,
     port: int,
-    concurrency: str,
+    concurrency: str | None,
+    request_rate: str | None,
+    arrival: str,
+    burstiness: float,
+    slo: str | None,
+    slo_share: float,
+    dataset: Path | None,
+    shared_prefix: int,
+    context_lens: str | None,
     input_len: int,
     output_len: int,
     num_prompts: int | None,
@@ -375,19 +420,23 @@ def bench(
     out: Path | None,
     seed: int,
     request_timeout: float,
+    api_key_file: Path | None,
     python: Path | None,
     as_json: bool,
 ) -> int:
-    """Run the throughput sweep (concurrency 1..64) against an OpenAI-compatible server.
+    """Run the throughput sweep (concurrency 1..64, or request rates) against an OpenAI-compatible server.
 
     Writes OUT/summary.json (schema nemolaunch.bench/1), summary.csv, requests.jsonl (every request, written
-    as it finishes), report.md and plots. Ctrl-C keeps everything measured so far. Exit 1 if requests failed.
+    as it finishes), per level vllm-LEVEL.json (the keys of vllm bench serve --save-result), report.md and
+    plots. Ctrl-C or SIGTERM keeps everything measured so far. Exit 1 if requests failed.
     """
     import time
 
+    from checks.secrets import api_key
     from launcher import bench as stage
     from launcher.errors import BadInput
     from launcher.output import json_document, table
+    from launcher.views import bench as view
 
     if bool(url) == bool(profile_ref):
         raise BadInput("give either --url (a running server) or --profile with --model (nemolaunch starts one)")
@@ -395,13 +444,25 @@ def bench(
         raise BadInput("--profile needs --model (the model folder to serve)")
     if num_prompts and duration_s:
         raise BadInput("give --num-prompts or --duration, not both")
+    try:
+        key = api_key(api_key_file)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read --api-key-file {api_key_file}: {e}") from None
     label = label or (Path(profile_ref).stem if profile_ref else "run")
-    out = out or Path("bench-results") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (out / "summary.json").exists():
-        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
-    say = lambda message: click.echo(message, err=True)  # noqa: E731
+    if request_rate or context_lens:
+        levels = _int_list(concurrency) if concurrency else ()
+    else:
+        levels = _int_list(concurrency or "1,2,4,8,16,32,64")
     cfg_args = dict(
-        concurrency=_int_list(concurrency),
+        concurrency=levels,
+        request_rates=_float_list(request_rate) if request_rate else (),
+        arrival=arrival,
+        burstiness=burstiness,
+        slo_ms=stage.parse_slo(slo) if slo else (),
+        slo_share=slo_share,
+        dataset=dataset,
+        shared_prefix_len=shared_prefix,
+        context_lens=(_int_list(context_lens) if context_lens else ()),
         input_len=input_len,
         output_len=output_len,
         num_prompts=num_prompts,
@@ -412,21 +473,32 @@ def bench(
         endpoint=endpoint,
         seed=seed,
         request_timeout_s=request_timeout,
+        api_key=key,
     )
+    if context_lens and not levels:
+        cfg_args["concurrency"] = (1,)
+    stage.validate(stage.BenchConfig(url=url or "", **cfg_args))  # type: ignore[arg-type]
+    out = out or Path("bench-results") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (out / "summary.json").exists():
+        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
+    say = lambda message: click.echo(message, err=True)  # noqa: E731
     if url:
         cfg = stage.BenchConfig(url=url.rstrip("/"), model=model, **cfg_args)  # type: ignore[arg-type]
         outcome = stage.run(cfg, out, None, say)
     else:
         assert profile_ref and model
         outcome = stage.run_served(profile_ref, model, python, port, cfg_args, out, say)
-    levels = outcome.summary.get("levels", [])
+    levels_done = outcome.summary.get("levels", [])
     if as_json:
         click.echo(json_document("bench", {k: v for k, v in outcome.summary.items() if k != "schema"}))
     else:
-        click.echo(table(stage.TABLE_HEADERS, stage.table_rows(levels)))
+        click.echo(table(*view.headers_for(levels_done)))
         for warning in outcome.summary.get("warnings", []):
             click.secho(f"warning: {warning}", fg="yellow", err=True)
-        click.echo(f"results: {out}/summary.json, summary.csv, requests.jsonl, report.md", err=True)
+        verdict = outcome.summary.get("slo")
+        if verdict:
+            click.echo(view.slo_line(verdict, outcome.summary["workload"]), err=True)
+        click.echo(f"results: {out}/summary.json, summary.csv, requests.jsonl, vllm-*.json, report.md", err=True)
     if outcome.code != ExitCode.OK:
         click.echo(f"nemolaunch: {outcome.message}", err=True)
     return outcome.code

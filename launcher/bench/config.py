@@ -1,0 +1,158 @@
+"""What a bench run is asked to do: the workload, the load shape and the levels, validated before anything is
+sent (absurd values are refused with the limit, not discovered after building millions of prompts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.errors import BadInput
+
+MAX_CONCURRENCY = 16384  # far above any one server's max_num_seqs; beyond it the client itself is the test
+MAX_PROMPTS = 1_000_000
+SLO_METRICS = ("ttft", "tpot", "e2el")  # vLLM bench serve's --goodput names, in milliseconds
+ARRIVALS = ("poisson", "constant", "gamma")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    input_len: int = 512
+    output_len: int = 256
+    num_prompts: int | None = None  # per level; default 4 x concurrency (rate mode: 4 x rate x 10 s), at least 8
+    duration_s: float | None = None
+    warmup: int = 2
+    repeats: int = 1
+    label: str = "run"
+    model: str | None = None
+    endpoint: str = "completions"  # or "chat"
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    # load shape: with request_rates, one level per rate (requests/s), arrivals as vLLM bench serve draws them;
+    # concurrency then holds at most one value, the cap on requests in flight (none: unbounded)
+    request_rates: tuple[float, ...] = ()
+    arrival: str = "poisson"
+    burstiness: float = 1.0  # gamma's shape (vLLM's --burstiness); poisson is 1, constant is infinite
+    # workload
+    slo_ms: tuple[tuple[str, float], ...] = ()  # e.g. (("ttft", 200.0), ("tpot", 50.0))
+    slo_share: float = 0.9  # a level meets the SLOs when this share of its requests meets every one
+    dataset: Path | None = None  # JSONL: {"prompt": str, "output_tokens": int} per line
+    shared_prefix_len: int = 0  # every prompt starts with the same prefix of this many tokens
+    context_lens: tuple[int, ...] = ()  # a context-length sweep: one level per prompt length, at one concurrency
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never written
+
+    def prompts_for(self, concurrency: int | None, rate: float | None = None) -> int:
+        if self.num_prompts:
+            return self.num_prompts
+        if rate is not None:
+            return max(8, math.ceil(rate * (self.duration_s or 10)))
+        return max(8, 4 * (concurrency or 1))
+
+    def burstiness_value(self) -> float:
+        return {"poisson": 1.0, "constant": math.inf}.get(self.arrival, self.burstiness)
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of a sweep: how many requests may be in flight (None: no cap), the arrival rate (None: all at
+    once, as fast as the cap allows) and the prompt length."""
+
+    concurrency: int | None
+    request_rate: float | None
+    input_len: int
+
+    @property
+    def tag(self) -> str:
+        """A file-name-safe name of the level."""
+        parts = []
+        if self.request_rate is not None:
+            parts.append(f"rate{self.request_rate:g}")
+        if self.concurrency is not None:
+            parts.append(f"c{self.concurrency}")
+        parts.append(f"in{self.input_len}")
+        return "-".join(parts)
+
+
+def levels(cfg: BenchConfig) -> list[LevelSpec]:
+    if cfg.request_rates:
+        cap = cfg.concurrency[0] if cfg.concurrency else None
+        return [LevelSpec(cap, rate, cfg.input_len) for rate in cfg.request_rates]
+    if cfg.context_lens:
+        return [LevelSpec(cfg.concurrency[0], None, n) for n in cfg.context_lens]
+    return [LevelSpec(c, None, cfg.input_len) for c in cfg.concurrency]
+
+
+def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
+    """`ttft=200,tpot=50` (milliseconds; `:` works too, as in vLLM's --goodput)."""
+    pairs = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = item.replace(":", "=").partition("=")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not sep or name.strip() not in SLO_METRICS or not math.isfinite(ms) or ms <= 0:
+            raise BadInput(
+                f"--slo {text!r}: {item!r} is not NAME=MILLISECONDS",
+                f"give e.g. --slo ttft=200,tpot=50 (names: {', '.join(SLO_METRICS)}; positive numbers)",
+            )
+        pairs.append((name.strip(), ms))
+    return tuple(pairs)
+
+
+def validate(cfg: BenchConfig) -> None:
+    """Every bad value is refused here, before a prompt is built or a request sent."""
+    if cfg.request_rates and cfg.context_lens:
+        raise BadInput("give --request-rate or --context-lens, not both")
+    values = {
+        "concurrency": cfg.concurrency,
+        "request-rate": cfg.request_rates,
+        "context-lens": cfg.context_lens,
+    }
+    for name, vals in values.items():
+        if len(set(vals)) != len(vals):
+            dup = sorted({v for v in vals if list(vals).count(v) > 1})
+            raise BadInput(f"--{name} repeats {dup}", "give each level once (use --repeats to measure it again)")
+    if not cfg.concurrency and not cfg.request_rates:
+        raise BadInput("give at least one --concurrency level")
+    if any(c < 1 for c in cfg.concurrency) or max(cfg.concurrency, default=1) > MAX_CONCURRENCY:
+        raise BadInput(
+            f"--concurrency {max(cfg.concurrency)} is beyond the limit of {MAX_CONCURRENCY}",
+            f"give levels between 1 and {MAX_CONCURRENCY}",
+        )
+    if cfg.request_rates and len(cfg.concurrency) > 1:
+        raise BadInput("with --request-rate, --concurrency is one cap on requests in flight", "give one value")
+    if cfg.context_lens and len(cfg.concurrency) > 1:
+        raise BadInput("a --context-lens sweep runs at one concurrency", "give one --concurrency value")
+    if any(not (math.isfinite(r) and r > 0) for r in cfg.request_rates):
+        raise BadInput("--request-rate takes positive numbers of requests per second")
+    if cfg.arrival not in ARRIVALS:
+        raise BadInput(f"--arrival {cfg.arrival!r} is not one of {', '.join(ARRIVALS)}")
+    if not (math.isfinite(cfg.burstiness) and cfg.burstiness > 0):
+        raise BadInput("--burstiness must be a positive number (below 1: burstier than Poisson, above: steadier)")
+    for name, seconds in (("request-timeout", cfg.request_timeout_s), ("stall-timeout", cfg.stall_timeout_s)):
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise BadInput(f"--{name} {seconds} is not a positive number of seconds", "give e.g. 600")
+    if cfg.duration_s is not None and not (math.isfinite(cfg.duration_s) and cfg.duration_s > 0):
+        raise BadInput("--duration must be a positive number of seconds")
+    if not 0 < cfg.slo_share <= 1:
+        raise BadInput("--slo-share must be in (0, 1], e.g. 0.9: the share of requests that must meet the SLOs")
+    if cfg.num_prompts is not None and not 1 <= cfg.num_prompts <= MAX_PROMPTS:
+        raise BadInput(f"--num-prompts must be between 1 and {MAX_PROMPTS}")
+    if "/" in cfg.label or "\\" in cfg.label or cfg.label in ("", ".", "..") or "\x00" in cfg.label:
+        raise BadInput(
+            f"--label {cfg.label!r} cannot be a file name",
+            "labels name result files: use letters, digits, '-', '_', '.' (no path separators)",
+        )
+    if not 0 <= cfg.shared_prefix_len < (min(cfg.context_lens) if cfg.context_lens else cfg.input_len):
+        raise BadInput(
+            f"--shared-prefix {cfg.shared_prefix_len} must be shorter than the prompt",
+            "give a prefix length below --input-len",
+        )
+    if any(n < 1 for n in cfg.context_lens):
+        raise BadInput("--context-lens takes positive prompt lengths in tokens")
+    if cfg.dataset is not None and (cfg.shared_prefix_len or cfg.context_lens):
+        raise BadInput("a --dataset brings its own prompts", "drop --shared-prefix / --context-lens")

@@ -1,0 +1,30 @@
+"""Server-sent events, as OpenAI-compatible servers stream them: bytes in, `data:` payloads out.
+
+One job: framing. It knows nothing about tokens or timing, so the benchmark client and serve's smoke completion
+share it. Comments (`: ping`), `event:`/`id:` lines and blank separators are skipped; a payload split across
+network blocks is kept until its line ends.
+"""
+
+from __future__ import annotations
+
+DONE = b"[DONE]"
+
+
+class SSEReader:
+    """Feed it the bytes as they arrive; it returns the complete `data:` payloads, stripped."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, block: bytes) -> list[bytes]:
+        if self._pending:
+            block = self._pending + block
+        *lines, self._pending = block.split(b"\n")
+        return [line[5:].strip() for line in lines if line.startswith(b"data:")]
+
+    @property
+    def pending(self) -> bytes:
+        """What arrived after the last complete line (nothing, on a well-formed stream that ended)."""
+        return self._pending
