@@ -498,6 +498,9 @@ def bench(
         verdict = outcome.summary.get("slo")
         if verdict:
             click.echo(view.slo_line(verdict, outcome.summary["workload"]), err=True)
+        roof = view.roofline_line(outcome.summary.get("roofline"))
+        if roof:
+            click.echo(roof, err=True)
         click.echo(f"results: {out}/summary.json, summary.csv, requests.jsonl, vllm-*.json, report.md", err=True)
     if outcome.code != ExitCode.OK:
         click.echo(f"nemolaunch: {outcome.message}", err=True)

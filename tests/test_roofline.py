@@ -158,3 +158,19 @@ def test_roofline_cli_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureF
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["roofline", str(tmp_path / "bad.json"), "--model", str(tmp_path)]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_bench_prints_one_roofline_line_from_the_summary() -> None:
+    from launcher.views.bench import roofline_line
+
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    doc = roofline.annotate(summary, LLAMA_1B).to_json()
+    ceiling = doc["ceiling_per_user_tok_s"]
+    shares = [f"c={lv['concurrency']} {lv['percent_of_limit']:.0f}%" for lv in doc["levels"]]
+    assert roofline_line(doc) == (
+        f"roofline: at most {ceiling:.0f} tok/s per user at c=1 by memory bandwidth; measured share of the limit: "
+        f"{', '.join(shares)} (nemolaunch roofline SUMMARY --model DIR for the table)"
+    )
+    cpu = roofline.annotate({**summary, "provenance": {}}, LLAMA_1B).to_json()
+    assert roofline_line(cpu) == f"roofline: does not apply ({cpu['reason']})"
+    assert roofline_line(None) is None

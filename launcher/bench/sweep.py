@@ -395,4 +395,21 @@ def run_served(
         raise results.ResultsUnwritable(out, e) from None
     with serve.launched(plan, model, out / "server.log", say, echo_log=None) as running:
         served["startup_s"] = round(running.startup_s, 1)
-        return run(BenchConfig(url=plan.url, model=running.models[0], **cfg_args), out, served, say)
+        outcome = run(BenchConfig(url=plan.url, model=running.models[0], **cfg_args), out, served, say)
+    _add_roofline(outcome, Path(model), out)
+    return outcome
+
+
+def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:
+    """When bench started the server it knows the model folder: each level's share of the GPU's memory-bandwidth
+    limit goes into summary.json (`roofline`; it says why when it does not apply, as on the CPU engine)."""
+    from launcher import roofline
+
+    if not outcome.summary.get("levels"):
+        return
+    try:
+        config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    outcome.summary["roofline"] = roofline.annotate(outcome.summary, config).to_json()
+    results.write_summary(out, outcome.summary)

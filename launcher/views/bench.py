@@ -69,3 +69,20 @@ def slo_line(verdict: dict[str, Any], workload: dict[str, Any]) -> str:
     best = verdict.get("highest_meeting") or "no level"
     tail = f"; first missed at {verdict['first_failing']}" if verdict.get("first_failing") else ""
     return f"SLO ({slo}, {share:.0%} of requests): met up to {best}{tail}"
+
+
+def roofline_line(roofline: dict[str, Any] | None) -> str | None:
+    """One line on the bandwidth roofline that summary.json carries when bench started the server."""
+    if not roofline:
+        return None
+    if not roofline.get("applies"):
+        return f"roofline: does not apply ({roofline.get('reason')})"
+    shares = ", ".join(
+        f"c={lv['concurrency']} {lv['percent_of_limit']:.0f}%"
+        for lv in roofline.get("levels", [])
+        if lv.get("percent_of_limit") is not None
+    )
+    return (
+        f"roofline: at most {roofline['ceiling_per_user_tok_s']:.0f} tok/s per user at c=1 by memory bandwidth; "
+        f"measured share of the limit: {shares or '-'} (nemolaunch roofline SUMMARY --model DIR for the table)"
+    )
