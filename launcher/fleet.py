@@ -195,10 +195,14 @@ def run(address: str, profile_ref: str | None, python: Path | None, timeout_s: f
             raise NotReady(f"a node did not report within {timeout_s:.0f} s", "run nemolaunch doctor on it") from None
     finally:
         ray.shutdown()
+    addresses = [n["NodeManagerAddress"] for n in alive]
     rows = [
         NodeRow(
             n["NodeID"][:12],
-            n["NodeManagerAddress"],
+            # several nodes on one host (a test cluster) share an address: tell them apart by node id
+            n["NodeManagerAddress"]
+            if addresses.count(n["NodeManagerAddress"]) == 1
+            else f"{n['NodeManagerAddress']}/{n['NodeID'][:6]}",
             r["hostname"],
             summarize(r["facts"]),
             run_checks(r["facts"]),
