@@ -54,7 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         yield c, extra
     finally:
         c.shutdown()
-        gone, alive = psutil.wait_procs(ray_processes(), timeout=20)
+        _, alive = psutil.wait_procs(ray_processes(), timeout=20)
         assert not alive, f"Ray processes left: {[p.pid for p in alive]}"
 
 
