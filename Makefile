@@ -22,7 +22,7 @@ export NEMOLAUNCH_TEST_MODEL := $(MODEL_DIR)
 venv: $(BIN)/nemolaunch
 $(BIN)/nemolaunch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	touch $@
 
 # The vLLM CPU engine, installed from the hashed lock (no resolver at install time). The folder is named by

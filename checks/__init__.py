@@ -7,7 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from checks import cuda, driver, envvars, gpu, host, import_probes, lockfile, memory, python_stack
+from checks import (
+    cuda,
+    driver,
+    envvars,
+    gpu,
+    host,
+    import_probes,
+    infiniband,
+    lockfile,
+    memory,
+    nccl,
+    parallel,
+    python_stack,
+    shm,
+    topology,
+)
 from checks.facts import Facts
 from checks.result import CheckResult
 
@@ -21,6 +36,17 @@ REGISTRY: dict[str, tuple[str, Check]] = {
     "imports": ("import torch / vllm / torchvision in child processes", import_probes.check),
     "env": ("VLLM_* / FLASHINFER_* variables the installed stack does not read", envvars.check),
     "memory": ("weights vs GPU memory and graph-capture headroom (--model)", memory.check),
+    "topology": (
+        "several GPUs: models, NVLink/PCIe and P2P between every pair, CUDA_VISIBLE_DEVICES order",
+        topology.check,
+    ),
+    "shm": ("/dev/shm size (NCCL and vLLM's message queues; a container's 64 MB breaks them)", shm.check),
+    "nccl": ("NCCL version in the engine's torch, NCCL_* variables that disable transports", nccl.check),
+    "ib": ("InfiniBand/RoCE devices and port state (NCCL between nodes)", infiniband.check),
+    "parallel": (
+        "a profile's TP/PP/DP vs the model's heads and layers and the visible GPUs (--profile)",
+        parallel.check,
+    ),
     "lock": ("installed versions vs a lock (--lock)", lockfile.check),
     "host": ("OS, CPU, memory, free disk", host.check),
 }

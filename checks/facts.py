@@ -88,6 +88,7 @@ def nvml_facts() -> dict[str, Any]:
             cuda_driver=f"{cuda // 1000}.{cuda % 1000 // 10}",
         )
         out["gpus"] = [_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+        out["links"] = _links(pynvml, len(out["gpus"]))
     finally:
         pynvml.nvmlShutdown()
     return out
@@ -125,6 +126,90 @@ def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
         "ecc_current": ecc[0] if ecc else None,
         "mig_current": mig[0] if mig else None,
     }
+
+
+# NVML's names for the closest common ancestor of two GPUs (nvidia-smi topo -m's abbreviations)
+TOPOLOGY_LEVELS = {0: "internal", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+P2P_STATUS = {
+    0: "ok",
+    1: "chipset-not-supported",
+    2: "gpu-not-supported",
+    3: "iohub-topology",
+    4: "disabled",
+    5: "unknown",
+}
+
+
+def _links(pynvml: Any, count: int) -> list[dict[str, Any]]:
+    """Every pair of GPUs: their common PCIe ancestor, P2P read/write status and active NVLinks between them."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+
+    def call(fn: str, *args: Any) -> Any:
+        try:
+            return getattr(pynvml, fn)(*args)
+        except (pynvml.NVMLError, AttributeError):
+            return None
+
+    peers: list[list[str]] = []  # per GPU: the remote PCI bus id of each active NVLink
+    for handle in handles:
+        remote = []
+        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            if call("nvmlDeviceGetNvLinkState", handle, link) == 1:
+                pci = call("nvmlDeviceGetNvLinkRemotePciInfo_v2", handle, link)
+                remote.append(_text(pci.busId) if pci is not None else "?")
+        peers.append(remote)
+    bus = [_text(b.busId) if (b := call("nvmlDeviceGetPciInfo", h)) is not None else None for h in handles]
+    pairs = []
+    for a in range(count):
+        for b in range(a + 1, count):
+            level = call("nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b])
+            p2p = {
+                kind: P2P_STATUS.get(status, str(status)) if status is not None else None
+                for kind, index in (("read", 0), ("write", 1))
+                for status in [call("nvmlDeviceGetP2PStatus", handles[a], handles[b], index)]
+            }
+            nvlinks = sum(1 for remote in peers[a] if bus[b] and remote.lower() == str(bus[b]).lower())
+            pairs.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "ancestor": TOPOLOGY_LEVELS.get(level, str(level)) if level is not None else None,
+                    "p2p_read": p2p["read"],
+                    "p2p_write": p2p["write"],
+                    "nvlinks": nvlinks,
+                }
+            )
+    return pairs
+
+
+def shm_facts(path: Path = Path("/dev/shm")) -> dict[str, Any]:
+    """The size of /dev/shm: NCCL's intra-node transport and vLLM's message queues live there."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError as e:
+        return {"path": str(path), "error": str(e)}
+    return {"path": str(path), "total_mib": usage.total // 2**20, "free_mib": usage.free // 2**20}
+
+
+def infiniband_facts(root: Path = Path("/sys/class/infiniband")) -> dict[str, Any]:
+    """InfiniBand / RoCE devices and the state of each port (what NCCL's IB transport would use)."""
+    if not root.is_dir():
+        return {"present": False, "devices": []}
+    devices = []
+    for dev in sorted(root.iterdir()):
+        ports = []
+        for port in sorted((dev / "ports").glob("*")):
+            state = _read(port / "state")
+            ports.append({"port": port.name, "state": state.split(":")[-1].strip() if state else None})
+        devices.append({"name": dev.name, "ports": ports})
+    return {"present": True, "devices": devices}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 def driver_fallback() -> dict[str, Any]:
@@ -232,6 +317,9 @@ def model_facts(model: Path | None) -> dict[str, Any] | None:
         try:
             cfg = json.loads(config.read_text())
             facts["architectures"] = cfg.get("architectures")
+            text = cfg.get("text_config") or cfg  # multimodal configs nest the language model's
+            for key in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers"):
+                facts[key] = text.get(key)
             facts["quantization"] = (cfg.get("quantization_config") or {}).get("quant_method")
         except (OSError, json.JSONDecodeError) as e:
             facts["config_error"] = str(e)
@@ -253,6 +341,8 @@ def gather(python: Path, environ: Mapping[str, str], model: Path | None, use_cac
             "nvcc": nvcc.result(),
             "env": redact(environ),
             "model": model_facts(model),
+            "shm": shm_facts(),
+            "infiniband": infiniband_facts(),
         }
     facts["imports"] = import_facts(python, stack_result, use_cache) if stack_result.get("ok") else {"probes": {}}
     return facts

@@ -67,6 +67,11 @@ MARKS = {
     help="Compare installed versions with this lock (name==version lines).",
 )
 @click.option("--model", type=click.Path(path_type=Path), help="A model folder: check memory headroom for it.")
+@click.option(
+    "--profile",
+    "profile_ref",
+    help="A serving profile: check its tensor/pipeline/data parallel sizes against --model and the GPUs.",
+)
 @click.option("--no-cache", is_flag=True, help="Re-run the import probes even if nothing changed.")
 @PYTHON_OPTION
 def doctor(
@@ -76,6 +81,7 @@ def doctor(
     list_checks: bool,
     lock: Path | None,
     model: Path | None,
+    profile_ref: str | None,
     no_cache: bool,
     python: Path | None,
 ) -> int:
@@ -91,7 +97,7 @@ def doctor(
         click.echo(table(["check", "what it looks at"], stage.known_checks()))
         return ExitCode.OK
     ids = [c.strip() for c in only.split(",") if c.strip()] if only else None
-    report = stage.run(python, model, lock, ids, use_cache=not no_cache)
+    report = stage.run(python, model, lock, ids, use_cache=not no_cache, profile=profile_ref)
     if as_json:
         click.echo(json_document("doctor", report.to_json()))
         return stage.exit_code(report, strict)
@@ -289,6 +295,13 @@ def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: P
 )
 @click.option("--quiet", is_flag=True, help="Do not echo vLLM's log to the terminal.")
 @click.option("--smoke", is_flag=True, help="Once serving, send one streamed completion, then stop.")
+@click.option(
+    "--node-rank",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="A multi-node profile: launch this node's part (its position in [placement].nodes; 0 is the head).",
+)
 @PYTHON_OPTION
 @JSON_OPTION
 def serve(
@@ -301,16 +314,20 @@ def serve(
     log_file: Path | None,
     quiet: bool,
     smoke: bool,
+    node_rank: int,
     python: Path | None,
     as_json: bool,
 ) -> int:
-    """Launch vLLM with a profile's flags for the installed version, and watch its log."""
+    """Launch vLLM with a profile's flags for the installed version, and watch its log.
+
+    A multi-node profile ([placement].nodes) runs one node's part per call: `--node-rank 0` on the head
+    (it serves the API), `--node-rank K` on node K (headless workers)."""
     import time
 
     from launcher import serve as stage
     from launcher.output import json_document
 
-    plan = stage.make_plan(profile_ref, model, python, host, port, vllm_version)
+    plan = stage.make_plan(profile_ref, model, python, host, port, vllm_version, node_rank)
     for warning in stage.warnings(plan):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     if dry_run or vllm_version:
@@ -741,6 +758,35 @@ def model_shape(
     click.echo(f"writing the tokenizer with {interpreter.path} ({interpreter.source})", err=True)
     click.echo(view.shape_written(shapes.write(spec, out_dir, interpreter.path)))
     return ExitCode.OK
+
+
+@cli.group()
+def fleet() -> None:
+    """Several nodes at once (needs the ray extra: pip install 'nemolaunch[ray]')."""
+
+
+@fleet.command("doctor")
+@click.option("--ray", "address", required=True, help="The running Ray cluster's address (HEAD:6379, or auto).")
+@click.option(
+    "--profile",
+    "profile_ref",
+    help="A multi-node profile: check only its [placement].nodes, and that each reaches the head's port.",
+)
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, help="Seconds to wait for every node.")
+@PYTHON_OPTION
+@JSON_OPTION
+def fleet_doctor(address: str, profile_ref: str | None, timeout_s: float, python: Path | None, as_json: bool) -> int:
+    """Run doctor on every node of a Ray cluster (one task pinned to each) and show what differs.
+
+    Exit 1 when the nodes would not serve together: a package, Python, NCCL or GPU family differs, a node's
+    doctor fails, or a node cannot reach the head's port."""
+    from launcher import fleet as stage
+    from launcher.output import json_document
+    from launcher.views.fleet import render_fleet
+
+    report = stage.run(address, profile_ref, python, timeout_s)
+    click.echo(json_document("fleet", report.to_json()) if as_json else render_fleet(report, MARKS))
+    return stage.exit_code(report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from checks.facts import Facts, gather
 from checks.result import STATUSES, CheckResult
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode
+from launcher.profiles import PARALLEL_SIZES, ServingProfile, load_profile
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,33 @@ def known_checks() -> list[tuple[str, str]]:
     return [(check_id, doc) for check_id, (doc, _) in REGISTRY.items()]
 
 
+def parallel_layout(profile: ServingProfile) -> dict[str, Any]:
+    """The facts the parallel check judges: the profile's sizes (1 when unset) and its node count."""
+    layout: dict[str, Any] = {k: profile.parallel(k) for k in PARALLEL_SIZES}
+    layout["profile"] = profile.name
+    layout["nodes"] = len(profile.placement.nodes) if profile.placement else 1
+    return layout
+
+
 def run(
-    python: Path | None, model: Path | None, lock: Path | None, only: list[str] | None, use_cache: bool = True
+    python: Path | None,
+    model: Path | None,
+    lock: Path | None,
+    only: list[str] | None,
+    use_cache: bool = True,
+    profile: str | None = None,
 ) -> DoctorReport:
     unknown = [c for c in only or [] if c not in REGISTRY]
     if unknown:
         raise BadInput(f"unknown check {', '.join(unknown)}", f"pick from {', '.join(REGISTRY)} (--list-checks)")
     if model is not None and not model.is_dir():
         raise BadInput(f"model folder {model} does not exist", "give the folder with config.json and weights")
-    interpreter = resolve_python(python)
+    serving = load_profile(profile) if profile else None
+    interpreter = resolve_python(python, serving.python if serving else None)
     start = time.monotonic()
     facts = gather(interpreter.path, os.environ, model, use_cache)
+    if serving is not None:
+        facts["parallel"] = parallel_layout(serving)
     if lock is not None:
         from launcher.lock import load_or_bad_input
 

@@ -11,12 +11,18 @@ A profile never holds a vLLM command line; `launcher.render` turns it into one f
 
     [env]                                    # extra environment, passed as is
     [why]                                    # setting -> the evidence behind it
+
+    [placement]                              # optional: the nodes of a multi-node launch
+    nodes = ["10.0.0.1", "10.0.0.2"]         # each node's address (its VLLM_HOST_IP), the head first
+    port = 29500                             # the head's port: torch.distributed (mp) or DP RPC
+    ray_port = 6379                          # the Ray head's port (executor ray)
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,14 +42,49 @@ SETTINGS: dict[str, tuple[type, str]] = {
     "disabled_kernels": (list, "linear kernel classes vLLM must not select"),
     "max_num_seqs": (int, "most sequences in one batch"),
     "max_model_len": (int, "context length"),
-    "tensor_parallel_size": (int, "GPUs per replica"),
+    "tensor_parallel_size": (int, "GPUs per pipeline stage (attention heads are split across them)"),
+    "pipeline_parallel_size": (int, "pipeline stages (layers are split across them; usually one per node)"),
+    "data_parallel_size": (int, "replicas, each of tensor x pipeline GPUs (max_num_seqs is per replica)"),
+    "data_parallel_size_local": (int, "data-parallel replicas on each node (multi-node data parallelism)"),
+    "data_parallel_backend": (str, "how data-parallel ranks are started: mp (one launch per node) or ray"),
+    "distributed_executor_backend": (str, "the workers of one replica: mp (one host, or --nnodes) or ray"),
+    "enable_expert_parallel": (bool, "split MoE experts across the data x tensor parallel GPUs"),
     "async_scheduling": (bool, "overlap scheduling with execution"),
     "chunked_prefill": (bool, "split long prefills into chunks"),
     "trust_remote_code": (bool, "run the model repository's own code"),
     "sleep_when_idle": (bool, "let idle workers sleep instead of spinning (older vLLM only)"),
     "extra_args": (list, "vLLM flags passed as they are, after the rendered ones"),
 }
-TOP_LEVEL = {"schema": int, "description": str, "python": str, "vllm": dict, "env": dict, "why": dict}
+TOP_LEVEL = {
+    "schema": int,
+    "description": str,
+    "python": str,
+    "vllm": dict,
+    "env": dict,
+    "why": dict,
+    "placement": dict,
+}
+PARALLEL_SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local")
+BACKENDS = {"distributed_executor_backend": ("mp", "ray"), "data_parallel_backend": ("mp", "ray")}
+# [placement] key -> (type, what it means)
+PLACEMENT: dict[str, tuple[type, str]] = {
+    "nodes": (list, "each node's address, the head first; a node's address becomes its VLLM_HOST_IP"),
+    "port": (int, "the head's port for torch.distributed (--master-port) or data-parallel RPC"),
+    "ray_port": (int, "the Ray head's GCS port (distributed_executor_backend = ray)"),
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a multi-node launch runs: the nodes (head first) and the head's ports."""
+
+    nodes: tuple[str, ...]
+    port: int = 29500
+    ray_port: int = 6379
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
 
 
 @dataclass(frozen=True)
@@ -55,6 +96,11 @@ class ServingProfile:
     settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)
+    placement: Placement | None = None
+
+    def parallel(self, setting: str) -> int:
+        """A parallel size, 1 when the profile leaves it out."""
+        return int(self.settings.get(setting, 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +111,13 @@ class ServingProfile:
             "vllm": self.settings,
             "env": self.env,
             "why": self.why,
+            "placement": None
+            if self.placement is None
+            else {
+                "nodes": list(self.placement.nodes),
+                "port": self.placement.port,
+                "ray_port": self.placement.ray_port,
+            },
         }
 
 
@@ -123,6 +176,32 @@ def parse_profile(text: str, path: Path, name: str | None = None) -> ServingProf
     gmu = settings.get("gpu_memory_utilization")
     if gmu is not None and not 0 < gmu <= 1:
         raise fail(f"[vllm].gpu_memory_utilization must be in (0, 1], not {gmu}", "gpu_memory_utilization", "vllm")
+    for key in PARALLEL_SIZES:
+        if key in settings and settings[key] < 1:
+            raise fail(f"[vllm].{key} must be 1 or more, not {settings[key]}", key, "vllm")
+    for key, allowed in BACKENDS.items():
+        if key in settings and settings[key] not in allowed:
+            raise fail(f"[vllm].{key} must be one of {', '.join(allowed)}, not {settings[key]!r}", key, "vllm")
+    dp, dp_local = settings.get("data_parallel_size", 1), settings.get("data_parallel_size_local")
+    if dp_local is not None and dp % dp_local:
+        raise fail(
+            f"[vllm].data_parallel_size_local ({dp_local}) must divide data_parallel_size ({dp})",
+            "data_parallel_size_local",
+            "vllm",
+        )
+    placement = _placement(data.get("placement"), fail)
+    if placement is not None and dp > 1 and dp_local is None:
+        raise fail(
+            "a multi-node data-parallel profile needs [vllm].data_parallel_size_local (replicas per node)",
+            "data_parallel_size",
+            "vllm",
+        )
+    if placement is not None and dp_local is not None and dp_local * len(placement.nodes) != dp:
+        raise fail(
+            f"data_parallel_size_local {dp_local} x {len(placement.nodes)} nodes is not data_parallel_size {dp}",
+            "data_parallel_size_local",
+            "vllm",
+        )
     for table in ("env", "why"):
         for key, value in data.get(table, {}).items():
             if not isinstance(value, str):
@@ -138,7 +217,27 @@ def parse_profile(text: str, path: Path, name: str | None = None) -> ServingProf
         settings=settings,
         env=data.get("env", {}),
         why=data.get("why", {}),
+        placement=placement,
     )
+
+
+def _placement(table: dict[str, Any] | None, fail: Callable[..., BadInput]) -> Placement | None:
+    if table is None:
+        return None
+    for key, value in table.items():
+        if key not in PLACEMENT:
+            raise fail(f"unknown key [placement].{key} (known: {', '.join(PLACEMENT)})", key, "placement")
+        if not _fits(value, PLACEMENT[key][0]):
+            raise fail(f"[placement].{key} must be {_type_name(PLACEMENT[key][0])}, not {value!r}", key, "placement")
+    nodes = table.get("nodes", [])
+    if len(nodes) < 2 or not all(isinstance(n, str) and n for n in nodes):
+        raise fail("[placement].nodes must list two or more node addresses, the head first", "nodes", "placement")
+    if len(set(nodes)) != len(nodes):
+        raise fail("[placement].nodes names a node twice", "nodes", "placement")
+    for key in ("port", "ray_port"):
+        if key in table and not 0 < table[key] < 65536:
+            raise fail(f"[placement].{key} must be a port (1-65535), not {table[key]}", key, "placement")
+    return Placement(tuple(nodes), table.get("port", 29500), table.get("ray_port", 6379))
 
 
 def profiles_dir() -> Path:

