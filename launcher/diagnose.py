@@ -1,12 +1,15 @@
 """`nemolaunch diagnose`: match a vLLM log against the knowledge base of serving failures.
 
-Logs are read in blocks of a few MB (never whole), decoded leniently, stripped of ANSI colour; each rule's
-patterns are searched over the whole block at C speed, and only matches are turned into line numbers.
-The same Matcher runs inside `serve` on the live log, one line at a time.
+Logs are read in blocks of a few MB (never whole), decoded leniently, stripped of ANSI colour. Each pattern
+is anchored on one whole word it must contain (its rarest in ordinary vLLM logs); per sub-block of 256 KB the
+set of words present (one translate and one split, at C speed) says which patterns can match there, and only
+those are searched (bytes.find of their literal, then the regex on that line). The cost is one pass per block
+whatever the number of rules. The same Matcher runs inside `serve` on the live log, one line at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Iterable, Iterator
@@ -30,26 +33,34 @@ _PREFIX = re.compile(
 
 _META = set(".^$*+?{}[]()|\\")
 _QUANT = set("*?{")
+_BOUNDARY_ESCAPES = set("bsWnd")  # \b, \s, \W, \n, \d: a word (letters and _) ends at them
 
 
-def required_literal(pattern: re.Pattern[str]) -> bytes | None:
-    """The longest run of literal characters every match must contain, or None.
+def _literal_runs(pattern: re.Pattern[str]) -> list[tuple[str, bool, bool]] | None:
+    """The runs of literal characters every match must contain, each with whether a word boundary is certain
+    just before and just after it (a \\b, \\s, \\W, \\n or \\d next to it); None if the pattern has a top-level
+    alternation or ignores case.
 
     A small parser of our own (no private `re` internals): it reads the pattern left to right at the top level,
     keeps runs of plain characters and escaped punctuation, treats groups, classes and other escapes as breaks,
-    drops a character a quantifier makes optional, and gives up on a top-level alternation. Conservative: it may
-    miss a literal, never invents one. Lets the matcher find candidate lines with bytes.find at memory speed."""
+    drops a character a quantifier makes optional. Conservative: it may miss a literal, never invents one."""
     if pattern.flags & re.IGNORECASE:
         return None
-    text, runs, run, depth, i = pattern.pattern, [], "", 0, 0
+    text = pattern.pattern
+    runs: list[tuple[str, bool, bool]] = []
+    run, depth, i, left = "", 0, 0, False
+    bound_before = False  # the last non-literal piece was a certain word boundary
     while i < len(text):
         c = text[i]
         nxt = text[i + 1] if i + 1 < len(text) else ""
+        boundary = False
         if c == "\\":
+            step = 2
             if depth == 0 and nxt and not nxt.isalnum():
-                step, char = 2, nxt
+                char: str | None = nxt
             else:
-                step, char = 2, None  # \d, \s, \b, ... : not a literal
+                char = None  # \d, \s, \b, ... : not a literal
+                boundary = depth == 0 and nxt in _BOUNDARY_ESCAPES
         elif c == "[":
             j = i + 1 + (text[i + 1 : i + 2] == "^")
             j = text.index("]", j + 1) if "]" in text[j + 1 :] else len(text)
@@ -68,16 +79,42 @@ def required_literal(pattern: re.Pattern[str]) -> bytes | None:
             step, char = 1, c
         following = text[i + step : i + step + 1]
         if char is not None and depth == 0 and following not in _QUANT:
+            if not run:
+                left = bound_before
             run += char
+            bound_before = False
         else:
-            if char is not None and following in _QUANT:
-                pass  # the quantified character is optional: the run ends before it
-            runs.append(run)
-            run = ""
+            # a quantified character is optional (or repeated): the run ends before it
+            boundary = boundary and following not in _QUANT
+            if run:
+                runs.append((run, left, boundary))
+            run, bound_before = "", boundary
         i += step
-    runs.append(run)
-    best = max(runs, key=len)
+    if run:
+        runs.append((run, left, False))
+    return runs
+
+
+def required_literal(pattern: re.Pattern[str]) -> bytes | None:
+    """The longest run of literal characters every match must contain (3+ characters), or None."""
+    runs = _literal_runs(pattern)
+    best = max((r for r, _, _ in runs), key=len, default="") if runs else ""
     return best.encode() if len(best) >= 3 else None
+
+
+_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def anchor_words(pattern: re.Pattern[str]) -> list[bytes]:
+    """Words (runs of ASCII letters and _; digits separate words) every match must contain as a whole word: inside
+    a literal run with a non-word character or a certain boundary on both sides. The matcher finds candidate
+    lines by them."""
+    words = []
+    for run, left, right in _literal_runs(pattern) or []:
+        for m in _WORD.finditer(run):
+            if (m.start() > 0 or left) and (m.end() < len(run) or right):
+                words.append(m.group().encode())
+    return words
 
 
 @dataclass(frozen=True)
@@ -149,6 +186,11 @@ def load_rules(paths: list[Path] | None = None) -> list[Rule]:
                 needle = required_literal(pattern)
                 if needle is None or len(needle) < 4:
                     raise ValueError(f"{where}: pattern {pattern.pattern!r} has no literal of 4+ characters")
+                if not anchor_words(pattern):
+                    raise ValueError(
+                        f"{where}: pattern {pattern.pattern!r} has no whole word to anchor on: put a space, "
+                        "punctuation or \\b on both sides of one of its words"
+                    )
             rules.append(
                 Rule(
                     id=entry["id"],
@@ -233,8 +275,55 @@ def _clean(raw: bytes) -> str:
     return _PREFIX.sub("", raw.decode("utf-8", "replace")).strip()[:400]
 
 
+# Every byte that is not an ASCII letter or _ becomes a space: the words of a block are then one split (digits
+# separate words too: numbers are most of a log's tokens, and leaving them out halves the split's work).
+_NON_WORD = bytes(c if chr(c).isascii() and (chr(c).isalpha() or c == 95) else 32 for c in range(256))
+SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's lines are searched in this much
+LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal
+
+
+def _marker_pattern(marker: bytes) -> re.Pattern[str]:
+    """A fixed marker as a pattern whose edge words are whole words (so the prefilter can anchor on them)."""
+    text = marker.decode()
+    left = r"\b" if _WORD.match(text[0]) else ""
+    right = r"\b" if _WORD.match(text[-1]) else ""
+    return re.compile(left + re.escape(text) + right)
+
+
+@functools.cache
+def _word_counts() -> dict[bytes, int]:
+    """How often each word occurs in ordinary vLLM log lines (knowledge/ordinary-lines.log, real healthy logs):
+    the matcher anchors each pattern on its rarest word, so ordinary blocks need no search at all."""
+    counts: dict[bytes, int] = {}
+    for word in data_dir("knowledge").joinpath("ordinary-lines.log").read_bytes().translate(_NON_WORD).split():
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One thing the scan looks for: a rule's pattern, or a marker of a stage, a fatal line or a traceback."""
+
+    literal: bytes  # in every match: bytes.find locates candidate lines by it
+    pattern: re.Pattern[bytes] | None  # None: the literal alone is the match
+    rule: Rule | None = None
+    stage: str | None = None
+    kind: str = "rule"  # rule | stage | fatal | traceback
+
+
+def _anchor(pattern: re.Pattern[str]) -> bytes:
+    words = anchor_words(pattern)
+    counts = _word_counts()
+    return min(words, key=lambda w: (len(w) < 4, counts.get(w, 0), -len(w)))
+
+
 class Matcher:
-    """Accumulates findings over text fed in order (blocks of a file, or live lines)."""
+    """Accumulates findings over text fed in order (blocks of a file, or live lines).
+
+    The scan, per sub-block of SUB_BLOCK bytes: the set of its words (one translate and one split at C speed),
+    intersected with the anchor words of the patterns and markers; only patterns whose anchor word is there are
+    searched for (bytes.find of their literal, then the regex on that line). An ordinary block costs one pass,
+    whatever the number of rules."""
 
     def __init__(self, rules: list[Rule], gpu_family: str | None = None) -> None:
         self.rules = rules
@@ -242,21 +331,62 @@ class Matcher:
         self.findings: dict[str, Finding] = {}
         self.lines_seen = 0
         self._open_line = False  # the text fed so far ends inside a line
-        # patterns grouped by their literal: one bytes.find scan serves every pattern that needs it
-        self._by_needle: dict[bytes, list[tuple[Rule, re.Pattern[bytes]]]] = {}
+        self._by_word: dict[bytes, list[_Member]] = {}
         for rule in rules:
             for p in rule.patterns:
-                needle = required_literal(p)
-                assert needle is not None  # load_rules refuses patterns without one
-                self._by_needle.setdefault(needle, []).append(
-                    (rule, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE))
-                )
+                literal = required_literal(p)
+                assert literal is not None  # load_rules refuses patterns without one
+                member = _Member(literal, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), rule)
+                self._by_word.setdefault(_anchor(p), []).append(member)
+        markers: list[tuple[bytes, str | None, str]] = [(_TRACEBACK, None, "traceback")]
+        markers += [(m, None, "fatal") for m in _FATAL]
+        markers += [(m, stage, "stage") for stage, ms in _STAGES for m in ms]
+        for marker, stage, kind in markers:
+            self._by_word.setdefault(_anchor(_marker_pattern(marker)), []).append(
+                _Member(marker, None, stage=stage, kind=kind)
+            )
+        self._words = frozenset(self._by_word)
         self.stage: str | None = None  # the stage at the end of what was fed
         self.roots: list[tuple[int, str, str | None]] = []  # (line, root error, stage)
         self.fatal: tuple[int, str] | None = None
         self._tracebacks = 0
         self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
         self._fatal_stage: str | None = None
+
+    def _scan(self, text: bytes) -> tuple[dict[str, tuple[Rule, set[int], dict[str, str]]], list[tuple[int, _Member]]]:
+        """Rule hits (rule id -> rule, line starts, named groups) and marker hits (position, marker) in `text`."""
+        hits: dict[str, tuple[Rule, set[int], dict[str, str]]] = {}
+        markers: dict[int, _Member] = {}
+        start = 0
+        while start < len(text):
+            cut = text.find(b"\n", start + SUB_BLOCK, start + 2 * SUB_BLOCK)
+            # no newline near: a line longer than a sub-block is cut, the pieces overlapping by LONG_LINE bytes
+            end, over = (cut + 1, cut + 1) if cut >= 0 else (min(len(text), start + SUB_BLOCK), LONG_LINE)
+            stop = min(len(text), end + over) if cut < 0 else end
+            present = self._words.intersection(text[start:stop].translate(_NON_WORD).split())
+            for word in present:
+                for member in self._by_word[word]:
+                    pos = text.find(member.literal, start, stop)
+                    while pos >= 0:
+                        line_start = text.rfind(b"\n", start, pos) + 1 or start
+                        line_end = text.find(b"\n", pos, stop)
+                        line_end = stop if line_end < 0 else line_end
+                        if member.pattern is None:
+                            markers[pos] = member
+                        else:
+                            # a regex never runs over more than LONG_LINE bytes either side of its literal
+                            m = member.pattern.search(
+                                text, max(line_start, pos - LONG_LINE), min(line_end, pos + LONG_LINE)
+                            )
+                            if m and member.rule is not None:
+                                _, lines, groups = hits.setdefault(member.rule.id, (member.rule, set(), {}))
+                                lines.add(line_start)
+                                for k, v in m.groupdict().items():
+                                    if v and k not in groups:
+                                        groups[k] = v.decode(errors="replace")
+                        pos = text.find(member.literal, line_end, stop)
+            start = end
+        return hits, sorted(markers.items())
 
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded
@@ -265,22 +395,8 @@ class Matcher:
             text = _ANSI.sub(b"", text)
         first_line = self.lines_seen + 1 - (1 if self._open_line else 0)
         new: list[Finding] = []
-        hits: dict[str, tuple[Rule, set[int], dict[str, str]]] = {}
-        for needle, members in self._by_needle.items():
-            pos = text.find(needle)
-            while pos >= 0:
-                start = text.rfind(b"\n", 0, pos) + 1
-                end = text.find(b"\n", pos)
-                end = len(text) if end < 0 else end
-                for rule, pattern in members:
-                    m = pattern.search(text, start, end)
-                    if m:
-                        _, lines, groups = hits.setdefault(rule.id, (rule, set(), {}))
-                        lines.add(start)
-                        for k, v in m.groupdict().items():
-                            if v and k not in groups:
-                                groups[k] = v.decode(errors="replace")
-                pos = text.find(needle, end)
+        hits, markers = self._scan(text)
+        wanted: list[tuple[int, Finding]] = []
         for rule in self.rules:  # in knowledge-base order, so "new" findings come out in a stable order
             if rule.id not in hits:
                 continue
@@ -288,27 +404,34 @@ class Matcher:
             finding = self._finding(rule, new)
             finding.count += len(starts)
             finding.groups = {**groups, **finding.groups}
-            for start in sorted(starts)[: max(0, MAX_EVIDENCE - len(finding.evidence))]:
-                end = text.find(b"\n", start)
-                raw = text[start : end if end >= 0 else len(text)]
-                finding.evidence.append((first_line + text.count(b"\n", 0, start), _clean(raw)))
-        self._track_failure(text, first_line)
+            room = max(0, MAX_EVIDENCE - len(finding.evidence))
+            wanted += [(start, finding) for start in sorted(starts)[:room]]
+        # line numbers counted once through the block, not from its start for every piece of evidence
+        line, counted = first_line, 0
+        for start, finding in sorted(wanted, key=lambda x: x[0]):
+            line += text.count(b"\n", counted, start)
+            counted = start
+            end = text.find(b"\n", start)
+            finding.evidence.append((line, _clean(text[start : end if end >= 0 else len(text)])))
+        self._track_failure(text, first_line, markers)
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")
         return new
 
-    def _stage_at(self, text: bytes, pos: int) -> str | None:
-        best, where = self.stage, -1
-        for stage, markers in _STAGES:
-            for marker in markers:
-                at = text.rfind(marker, 0, pos)
-                if at > where:
-                    best, where = stage, at
+    def _stage_at(self, stages: list[tuple[int, str]], pos: int) -> str | None:
+        """The stage of the last stage marker before `pos` (stages: this feed's, in order), else the stage the
+        earlier feeds ended in."""
+        best = self.stage
+        for at, stage in stages:
+            if at >= pos:
+                break
+            best = stage
         return best
 
-    def _track_failure(self, text: bytes, first_line: int) -> None:
+    def _track_failure(self, text: bytes, first_line: int, markers: list[tuple[int, _Member]]) -> None:
         """Root errors: the exception each traceback ends with, and the stage the log was in there. A traceback
         may end in a later feed (live, line by line): then the next feeds finish it."""
+        stages = [(at, m.stage) for at, m in markers if m.kind == "stage" and m.stage]
         if self._awaiting is not None:
             stage, lines_left = self._awaiting
             root = self._exception_after(text, 0, lines_left)
@@ -319,12 +442,13 @@ class Matcher:
             else:
                 left = lines_left - text.count(b"\n") - 1
                 self._awaiting = (self._stage_in(text) or stage, left) if left > 0 else None
-        pos = text.find(_TRACEBACK)
-        while pos >= 0 and self._tracebacks < MAX_ROOTS:
+        for pos, member in markers:
+            if member.kind != "traceback" or self._tracebacks >= MAX_ROOTS:
+                continue
             self._tracebacks += 1
             after = text.find(b"\n", pos)
             root = self._exception_after(text, after + 1, 400) if after >= 0 else None
-            stage_here = self._stage_at(text, pos)
+            stage_here = self._stage_at(stages, pos)
             if root:
                 at, line = root
                 # a traceback names the stage through its frames; else the last marker the log printed
@@ -332,18 +456,16 @@ class Matcher:
                 self.roots.append((first_line + text.count(b"\n", 0, at), line, stage))
             else:
                 self._awaiting = (self._stage_in(text[pos:]) or stage_here, 400)
-            pos = text.find(_TRACEBACK, pos + len(_TRACEBACK))
         if self.fatal is None:
-            for marker in _FATAL:
-                at = text.find(marker)
-                if at >= 0:
+            for at, member in markers:
+                if member.kind == "fatal":
                     start = text.rfind(b"\n", 0, at) + 1
                     end = text.find(b"\n", at)
                     line = _clean(text[start : end if end >= 0 else len(text)])
                     self.fatal = (first_line + text.count(b"\n", 0, start), line)
-                    self._fatal_stage = self._stage_at(text, start)
+                    self._fatal_stage = self._stage_at(stages, start)
                     break
-        self.stage = self._stage_at(text, len(text))
+        self.stage = self._stage_at(stages, len(text) + 1)
 
     @staticmethod
     def _stage_in(frames: bytes) -> str | None:

@@ -10,7 +10,15 @@ import pytest
 
 from checks.gpu_family import family_from_text
 from launcher.cli import main
-from launcher.diagnose import Matcher, diagnose_blocks, load_rules, read_blocks, required_literal
+from launcher.diagnose import (
+    SUB_BLOCK,
+    Matcher,
+    anchor_words,
+    diagnose_blocks,
+    load_rules,
+    read_blocks,
+    required_literal,
+)
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "sm12x-serving-logs.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text().splitlines()]
@@ -245,3 +253,43 @@ def test_a_log_without_newlines_is_read_in_bounded_blocks() -> None:
 
     blocks = list(read_blocks(io.BytesIO(b"x" * (3 * BLOCK_BYTES + 5)), "log"))
     assert [len(b) for b in blocks] == [BLOCK_BYTES] * 3 + [5]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        (r"sm_\d+a? is not compatible", [b"is", b"not"]),  # the edge words may be parts of longer ones
+        (r"\bPTXASError\b", [b"PTXASError"]),
+        (r"Tried to allocate [\d.]+ [KMG]iB", [b"to", b"allocate"]),
+        (r"NCCL\s*error", []),  # \s* may be empty: "NCCLerror" matches, so neither is a whole word
+        (r"colou?r scheme", []),
+    ],
+)
+def test_anchor_words(pattern: str, words: list[bytes]) -> None:
+    import re
+
+    assert anchor_words(re.compile(pattern)) == words
+
+
+def test_a_pattern_without_a_whole_word_is_refused(tmp_path: Path) -> None:
+    kb = tmp_path / "bad.toml"
+    kb.write_text(
+        "[[rule]]\nid = 'x'\nseverity = 'error'\ntitle = 't'\npatterns = ['ncclSystemError']\n"
+        "cause = 'c'\nfix = 'f'\nsource = 's'\n"
+    )
+    with pytest.raises(ValueError, match=r"bad.toml: rule x: pattern 'ncclSystemError' has no whole word"):
+        load_rules([kb])
+
+
+NO_KERNEL = b"RuntimeError: CUDA error: no kernel image is available for execution on the device"
+
+
+@pytest.mark.parametrize("at", [0, SUB_BLOCK - 40, SUB_BLOCK + 7, 3 * SUB_BLOCK - 40])
+def test_a_failure_anywhere_in_a_long_log_is_found(at: int) -> None:
+    """Across sub-blocks of the word prefilter, with newlines and in one line without any."""
+    ordinary = b"(APIServer pid=1) INFO 12-01 10:00:00 [loggers.py:123] Engine 000: Running: 1 reqs\n"
+    text = (ordinary * (4 * SUB_BLOCK // len(ordinary)))[:at]
+    flat = text.replace(b"\n", b" ")
+    for log in (text + b"\n" + NO_KERNEL + b"\n" + text, flat + NO_KERNEL + flat):
+        findings, _ = diagnose_blocks(read_blocks(io.BytesIO(log), "log"))
+        assert "arch-missing-in-binary" in {f.rule.id for f in findings}, (at, len(log))
