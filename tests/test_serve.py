@@ -56,3 +56,40 @@ def test_missing_model_path_is_bad_input(tmp_path: Path) -> None:
 
     with pytest.raises(BadInput, match="does not exist"):
         run(plan_for("pass", free_port()), str(tmp_path / "no-model"), tmp_path / "l.log", print, None)
+
+
+def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
+    """The follower runs in a daemon thread: an exception there would end live diagnosis silently. Here the
+    terminal echo breaks (a closed pipe) on the second line; the follower must stop with one line naming it."""
+    import threading
+
+    from launcher.serve import LogWatch, _follow
+
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO starting\nINFO loading\nINFO more\n")
+    said: list[str] = []
+    echoed: list[str] = []
+
+    def echo(text: str) -> None:
+        if echoed:
+            raise BrokenPipeError(32, "Broken pipe")
+        echoed.append(text)
+
+    watch = LogWatch(said.append, echo, None)
+    stop = threading.Event()  # never set: only the failure can end the follower
+    follower = threading.Thread(target=_follow, args=(log, stop, watch.line, said.append), daemon=True)
+    follower.start()
+    follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert said == ["nemolaunch: live log diagnosis stopped at log line 2: BrokenPipeError: [Errno 32] Broken pipe"]
+
+
+def test_a_vanished_log_stops_the_follower_with_a_line(tmp_path: Path) -> None:
+    import threading
+
+    from launcher.serve import _follow
+
+    said: list[str] = []
+    _follow(tmp_path / "gone.log", threading.Event(), lambda n, t: None, said.append)
+    (line,) = said
+    assert line.startswith("nemolaunch: live log diagnosis stopped at log line 0: FileNotFoundError")
