@@ -219,6 +219,7 @@ _FATAL = (
     b"Engine core initialization failed",
     b"EngineDeadError",
     b"died unexpectedly",
+    b"engine core exited unexpectedly",
     b"Engine loop has died",
     b"terminating server process",
     b"Segmentation fault",
@@ -257,6 +258,13 @@ _STAGE_FIX = {
     "serving requests": "a request crashed the engine: CUDA_LAUNCH_BLOCKING=1 names the failing kernel; "
     "keep the request that triggered it, and check nemolaunch probe for the kernels in use",
 }
+# A root line that only says the engine process is gone: it died without a Python error of its own.
+_SILENT_DEATH = ("EngineDeadError", "exited unexpectedly", "died unexpectedly")
+_SILENT_DEATH_FIX = (
+    "the engine core process died without a Python error of its own: killed (the host's OOM killer: "
+    "dmesg | grep -i -e oom -e killed; a SIGKILL from outside) or a native crash (segfault); check host memory, "
+    "dmesg and the exit code"
+)
 ROOT_CAUSE = Rule(
     id="root-error",
     severity="error",
@@ -508,7 +516,8 @@ class Matcher:
         if self.fatal and self.fatal[0] != line:
             finding.evidence.append(self.fatal)
         finding.stage = stage
-        finding.groups = {"next_step": _STAGE_FIX[stage]}
+        silent = any(w in text for w in _SILENT_DEATH)
+        finding.groups = {"next_step": _SILENT_DEATH_FIX if silent else _STAGE_FIX[stage]}
         return finding
 
     def report(self) -> list[Finding]:

@@ -293,3 +293,37 @@ def test_a_failure_anywhere_in_a_long_log_is_found(at: int) -> None:
     for log in (text + b"\n" + NO_KERNEL + b"\n" + text, flat + NO_KERNEL + flat):
         findings, _ = diagnose_blocks(read_blocks(io.BytesIO(log), "log"))
         assert "arch-missing-in-binary" in {f.rule.id for f in findings}, (at, len(log))
+
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+@pytest.mark.parametrize(
+    ("log", "root", "stage", "fix_names"),
+    [
+        (  # a model folder whose only shard was cut in half (real vLLM 0.32 CPU engine, 2026-12-01)
+            "cpu-vllm032-broken-weights-2026-12-01.log",
+            "  line 106: safetensors._safetensors_rust.SafetensorError: Error while deserializing header: "
+            "incomplete metadata, file not fully covered\n",
+            "loading weights",
+            "safetensors shard",
+        ),
+        (  # the engine core process killed with SIGKILL two seconds after the server came up (same engine)
+            "cpu-vllm032-engine-core-killed-2026-12-01.log",
+            "  line 120: vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+            "serving requests",
+            "dmesg",
+        ),
+    ],
+    ids=["broken-weights", "engine-core-killed"],
+)
+def test_a_real_dead_server_gets_its_root_line_and_stage(
+    log: str, root: str, stage: str, fix_names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real logs of the CPU engine dying of something no rule names: diagnose must not say "no known failure"."""
+    assert main(["diagnose", str(LOGS / log)]) == 1
+    out = capsys.readouterr().out
+    assert root in out
+    assert f"  stage: {stage}\n" in out
+    block = out.split("\n\n")[1]  # the root-error finding comes first
+    assert block.startswith("[error] vLLM failed; no known rule matches") and fix_names in block
