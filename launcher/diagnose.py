@@ -279,8 +279,11 @@ ROOT_CAUSE = Rule(
 MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log of a million is not read twice
 
 
+MAX_LINE_TEXT = 1024  # bytes of a line decoded for evidence or a root error (it is shown cut to 400 characters)
+
+
 def _clean(raw: bytes) -> str:
-    return _PREFIX.sub("", raw.decode("utf-8", "replace")).strip()[:400]
+    return _PREFIX.sub("", raw[:MAX_LINE_TEXT].decode("utf-8", "replace")).strip()[:400]
 
 
 # Every byte that is not an ASCII letter or _ becomes a space: the words of a block are then one split (digits
@@ -376,16 +379,17 @@ class Matcher:
                 for member in self._by_word[word]:
                     pos = text.find(member.literal, start, stop)
                     while pos >= 0:
-                        line_start = text.rfind(b"\n", start, pos) + 1 or start
-                        line_end = text.find(b"\n", pos, stop)
-                        line_end = stop if line_end < 0 else line_end
+                        # the line around the hit, looked for no further than LONG_LINE either side: in a log
+                        # without newlines a "line" is the window around each hit
+                        lo, hi = max(start, pos - LONG_LINE), min(stop, pos + LONG_LINE)
+                        nl = text.rfind(b"\n", lo, pos)
+                        line_start = nl + 1 if nl >= 0 else lo
+                        nl = text.find(b"\n", pos, hi)
+                        line_end = nl if nl >= 0 else hi
                         if member.pattern is None:
                             markers[pos] = member
                         else:
-                            # a regex never runs over more than LONG_LINE bytes either side of its literal
-                            m = member.pattern.search(
-                                text, max(line_start, pos - LONG_LINE), min(line_end, pos + LONG_LINE)
-                            )
+                            m = member.pattern.search(text, line_start, line_end)
                             if m and member.rule is not None:
                                 _, lines, groups = hits.setdefault(member.rule.id, (member.rule, set(), {}))
                                 lines.add(line_start)
@@ -491,7 +495,8 @@ class Matcher:
                 return None
             end = text.find(b"\n", start)
             end = len(text) if end < 0 else end
-            message = _LOG_PREFIX.sub("", _PREFIX.sub("", text[start:end].decode("utf-8", "replace"))).strip()
+            raw = text[start : min(end, start + MAX_LINE_TEXT)].decode("utf-8", "replace")
+            message = _LOG_PREFIX.sub("", _PREFIX.sub("", raw)).strip()
             if _EXCEPTION.match(message) and not message.startswith(_WRAPPERS):
                 return start, message[:400]
             start = end + 1
