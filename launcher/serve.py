@@ -151,7 +151,7 @@ def _follow(path: Path, stop: threading.Event, on_line: Callable[[int, str], Non
     log vanished, a matcher bug), it says so in one line instead of ending live diagnosis silently."""
     number = 0
     try:
-        with path.open("r", encoding="utf-8", errors="replace") as f:
+        with path.open("r", encoding="utf-8", errors="replace", newline="\n") as f:
             pending = ""
             while True:
                 chunk = f.readline()

@@ -93,3 +93,19 @@ def test_a_vanished_log_stops_the_follower_with_a_line(tmp_path: Path) -> None:
     _follow(tmp_path / "gone.log", threading.Event(), lambda n, t: None, said.append)
     (line,) = said
     assert line.startswith("nemolaunch: live log diagnosis stopped at log line 0: FileNotFoundError")
+
+
+def test_the_follower_numbers_lines_as_the_log_file_does(tmp_path: Path) -> None:
+    """Progress bars end their updates with a carriage return; a line is still only what ends in a newline, so
+    live findings name the same line numbers as `nemolaunch diagnose` and grep -n."""
+    import threading
+
+    from launcher.serve import _follow
+
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"Loading shards:   0%\rLoading shards: 100%\nRuntimeError: boom\n")
+    seen: list[tuple[int, str]] = []
+    stop = threading.Event()
+    stop.set()  # drain the file, then return
+    _follow(log, stop, lambda n, t: seen.append((n, t)))
+    assert seen == [(1, "Loading shards:   0%\rLoading shards: 100%"), (2, "RuntimeError: boom")]
