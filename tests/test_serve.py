@@ -109,3 +109,19 @@ def test_the_follower_numbers_lines_as_the_log_file_does(tmp_path: Path) -> None
     stop.set()  # drain the file, then return
     _follow(log, stop, lambda n, t: seen.append((n, t)))
     assert seen == [(1, "Loading shards:   0%\rLoading shards: 100%"), (2, "RuntimeError: boom")]
+
+
+def test_live_diagnosis_of_a_real_dead_server_names_the_root_line_and_stage() -> None:
+    """The real CPU-engine log of a truncated checkpoint (tests/fixtures/logs), replayed through the follower."""
+    import threading
+
+    from launcher.serve import LogWatch, _follow
+
+    watch = LogWatch(lambda text: None, None, None)
+    stop = threading.Event()
+    stop.set()
+    _follow(Path(__file__).parent / "fixtures" / "logs" / "cpu-vllm032-broken-weights-2026-12-01.log", stop, watch.line)
+    reason = watch.root_cause()
+    assert reason is not None
+    assert reason.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header")
+    assert "(log line 106, while loading weights)" in reason
