@@ -4,11 +4,12 @@
 
 The log is built from the real corpus excerpts (tests/fixtures/corpus) between many ordinary vLLM
 INFO lines, so most blocks hold no finding and a few hold many. --no-newlines writes the same bytes with every
-newline replaced by a space (one line of SIZE_MB: the case that once cost 14 s and 660 MB). Prints the peak
-memory of the diagnose process too.
+newline replaced by a space (one line of SIZE_MB: the case that once cost 14 s and 660 MB). Prints the CPU
+time and peak memory of the diagnose process and the load average too (the machine is shared: wall time varies).
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -48,10 +49,12 @@ def main() -> None:
         )
         seconds = time.perf_counter() - start
         doc = json.loads(r.stdout)
-        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak_mb, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         print(
             f"diagnose: {mb:.0f} MB, {doc['lines']:,} lines, {len(doc['findings'])} findings, exit {r.returncode}: "
-            f"{seconds:.1f} s ({mb / seconds:.0f} MB/s), peak memory {peak_mb:.0f} MB"
+            f"{seconds:.1f} s ({mb / seconds:.0f} MB/s), {cpu:.1f} s of CPU, peak memory {peak_mb:.0f} MB, "
+            f"load average {os.getloadavg()[0]:.1f}"
         )
 
 
