@@ -18,6 +18,7 @@ back to plain launches if capture fails.
 
 import functools
 import importlib
+import inspect
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from isolate import run_isolated
 from verdict import NotProbed, Unsupported, classify
 
 FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
 # relative Frobenius error allowed: bf16 output of exact inputs; and where the kernel itself quantizes an
 # intermediate to FP8 (e4m3 keeps 3 mantissa bits, so a few percent is that rounding, not a bug)
 BOUND = {"bf16": 1e-2, "fp8-internal": 6e-2}
@@ -170,6 +172,172 @@ def nvfp4_marlin(m, n, k):
     ), lambda: x.float() @ w_ref.float()
 
 
+def vllm_capability() -> int | None:
+    """The capability as vLLM's platform sees it (None where it sees no CUDA device): the gates below ask vLLM's
+    own checks, so they work (and say "not this device") without a GPU too."""
+    from vllm.platforms import current_platform
+
+    found = current_platform.get_device_capability()
+    return found.to_int() if found is not None else None
+
+
+def device_words() -> str:
+    cap = vllm_capability()
+    return f"sm_{cap}" if cap is not None else "this device (vLLM sees no CUDA GPU)"
+
+
+def check_source(fn) -> str:
+    """A vLLM check's own condition, one line (the reason it gives is its code: most have no message)."""
+    try:
+        lines = inspect.getsource(fn).splitlines()
+    except (OSError, TypeError):
+        return fn.__qualname__
+    skip = ("@", "def ", '"""', "#", "p = current_platform")
+    body = " ".join(line.strip() for line in lines if not line.strip().startswith(skip))
+    return re.sub(r"\s+", " ", body.replace("return ", "")).replace("( ", "(").replace(" )", ")")[:240]
+
+
+# the per-tensor schemes the probe's MoE weights are in: FP8 with static activation scales (a checkpoint's; the
+# widest per-tensor FP8 scheme vLLM's MoE kernels accept) and NVFP4 (static weight, dynamic activation scales)
+def moe_scheme(quant: str):
+    from vllm.model_executor.layers.quantization.utils import quant_utils as qu
+
+    if quant == "fp8":
+        return qu.kFp8StaticTensorSym, qu.kFp8StaticTensorSym
+    return qu.kNvfp4Static, qu.kNvfp4Dynamic
+
+
+def check_moe_backend(quant: str, backend: str):
+    """The experts class vLLM's oracle maps `backend` to, if one runs on this device with this quantization:
+    vLLM's own _supports_current_device and _supports_quant_scheme decide; otherwise Unsupported, with the
+    condition each class checks."""
+    oracle = importlib.import_module(f"vllm.model_executor.layers.fused_moe.oracle.{quant}")
+    enum = oracle.Fp8MoeBackend if quant == "fp8" else oracle.NvFp4MoeBackend
+    weight_key, activation_key = moe_scheme(quant)
+    reasons = []
+    for cls in oracle.backend_to_kernel_cls(enum[backend]):
+        if not cls._supports_current_device():
+            reasons.append(f"{cls.__name__} not on {device_words()} ({check_source(cls._supports_current_device)})")
+        elif not cls._supports_quant_scheme(weight_key, activation_key):
+            reasons.append(f"{cls.__name__} not for {weight_key} x {activation_key} on {device_words()}")
+        else:
+            return cls
+    raise Unsupported(f"vLLM's {quant} MoE backend {backend}: " + "; ".join(reasons))
+
+
+def moe_gate(quant: str, backend: str):
+    """A MoE backend vLLM runs only on other GPUs (SM100/SM120): vLLM's checks say why not here; where they say it
+    runs, the probe that drives it is still to be written (not-probed), never a silent skip."""
+
+    def setup(m, n, k):
+        if backend == "HUMMING":
+            humming_available()
+        cls = check_moe_backend(quant, backend)
+        raise NotProbed(f"vLLM's {cls.__name__} runs on {device_words()}, but nemolaunch has no probe driving it yet")
+
+    return setup
+
+
+def linear_gate(table: str, name: str):
+    """A linear kernel vLLM runs only on other GPUs: its own is_supported(capability) says why not here."""
+
+    def setup(m, n, k):
+        from vllm.platforms.interface import PlatformEnum
+
+        linear = importlib.import_module("vllm.model_executor.kernels.linear")
+        kernel = next((c for c in getattr(linear, table)[PlatformEnum.CUDA] if c.__name__ == name), None)
+        if kernel is None:
+            raise ImportError(f"this vLLM has no {name} in {table}")
+        ok, reason = kernel.is_supported(compute_capability=vllm_capability())
+        if not ok:
+            raise Unsupported(f"vLLM's {name}.is_supported on {device_words()}: {reason}")
+        raise NotProbed(f"vLLM's {name} runs on {device_words()}, but nemolaunch has no probe driving it yet")
+
+    return setup
+
+
+def humming_available() -> None:
+    from vllm.utils.import_utils import has_humming
+
+    if not has_humming():
+        raise ImportError("the optional humming package is not installed (vLLM's has_humming() is False)")
+
+
+def linear_layer(n: int, k: int) -> torch.nn.Module:
+    """The attributes vLLM's linear layers carry that kernels' process_weights_after_loading read."""
+    layer = torch.nn.Module()
+    layer.input_size_per_partition, layer.input_size, layer.output_size = k, k, n
+    layer.output_partition_sizes, layer.logical_widths = [n], [n]
+    layer.params_dtype, layer.has_bias = torch.bfloat16, False
+    return layer
+
+
+def parameter(t: torch.Tensor, **attrs) -> torch.nn.Parameter:
+    p = torch.nn.Parameter(t, requires_grad=False)
+    for name, value in attrs.items():
+        setattr(p, name, value)
+    return p
+
+
+def fp8_humming(m, n, k):
+    """vLLM's HummingFP8ScaledMMLinearKernel as Fp8LinearMethod leaves an online-FP8 layer for it: a per-tensor
+    FP8 weight transposed to K x N, one weight scale, no input scale; then the kernel's own
+    process_weights_after_loading and apply_weights (bf16 activations)."""
+    humming_available()
+    from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
+    from vllm.model_executor.kernels.linear.scaled_mm.humming import HummingFP8ScaledMMLinearKernel
+    from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8DynamicTokenSym, kFp8StaticTensorSym
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    qw, sw = quantize_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5, per_row=False)
+    kernel = init_fp8_linear_kernel(
+        activation_quant_key=kFp8DynamicTokenSym, weight_quant_key=kFp8StaticTensorSym, input_dtype=torch.bfloat16,
+        out_dtype=torch.bfloat16, weight_shape=(n, k), force_kernel=HummingFP8ScaledMMLinearKernel,
+    )  # fmt: skip
+    layer = linear_layer(n, k)
+    layer.weight = parameter(qw.t(), input_dim=0, output_dim=1)
+    layer.weight_scale = parameter(sw.reshape(1))
+    layer.input_scale = None
+    kernel.process_weights_after_loading(layer)
+    return (lambda: kernel.apply_weights(layer, x)), lambda: x.float() @ (qw.float() * sw).t()
+
+
+def nvfp4_weight(n: int, k: int):
+    """Random NVFP4 codes packed two per byte (low nibble first), e4m3 scales per 16 values and a global scale,
+    with the bf16 weight they decode to (the decoding of vLLM's rand_marlin_weight_nvfp4_like)."""
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    scales = w.view(n, -1, 16).abs().amax(-1).float() / 6
+    global_scale = scales.max() / FP8_MAX
+    scales = (scales / global_scale).to(FP8)
+    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+
+    def decode(code):  # an e2m1 nibble in the top of a byte, read as e4m3 and rescaled
+        return ((code & 0b10000000) | ((code & 0b01110000) >> 2)).view(FP8).to(torch.bfloat16) * 2**6
+
+    ref = torch.stack([decode(packed << 4), decode(packed)], 2).view(n, k)
+    ref = ref * global_scale.to(torch.bfloat16) * scales.to(torch.bfloat16).repeat_interleave(16, 1)
+    return packed, scales, global_scale.reshape(()), ref
+
+
+def nvfp4_humming(m, n, k):
+    """vLLM's HummingNvFp4LinearKernel as the compressed-tensors NVFP4 scheme leaves a layer for it (W4A16):
+    packed weight, e4m3 block scales, the global scale already inverted to the dequantizing one; then the
+    kernel's own process_weights_after_loading and apply_weights."""
+    humming_available()
+    from vllm.model_executor.kernels.linear.nvfp4.base import NvFp4LinearLayerConfig
+    from vllm.model_executor.kernels.linear.nvfp4.humming import HummingNvFp4LinearKernel
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    packed, scales, global_scale, ref = nvfp4_weight(n, k)
+    kernel = HummingNvFp4LinearKernel(NvFp4LinearLayerConfig())
+    layer = linear_layer(n, k)
+    layer.weight = parameter(packed, input_dim=1, output_dim=0)
+    layer.weight_scale = parameter(scales, input_dim=1, output_dim=0)
+    layer.weight_global_scale = parameter(global_scale.float())
+    kernel.process_weights_after_loading(layer)
+    return (lambda: kernel.apply_weights(layer, x)), lambda: x.float() @ ref.float().t()
+
+
 # the layer the shapes come from: an 8-expert top-2 MoE and a Llama-8B-like attention unless the job gives a
 # model's (each child probes one kernel, so the harness sets it once per child from the job)
 LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128)
@@ -267,6 +435,64 @@ def moe_cutlass_fp8(m, n, k):
             out, xq, w1q, w2q, ids, MoEActivation.SILU, LAYER.experts, None, w1s, w2s, xs, None,
             strides_k, strides_n, strides_2n, strides_k, workspace13, workspace2, None, torch.bfloat16,
             False, False, False, weights, None,
+        )  # fmt: skip
+        return out
+
+    return run, reference
+
+
+def flashinfer_cutlass_moe_module():
+    """FlashInfer's CUTLASS fused-MoE module for this GPU, as cutlass_fused_moe loads it; a fresh machine has to
+    JIT-compile it (hundreds of CUTLASS instantiations: many minutes of nvcc, past any probe's timeout), so the
+    probe runs it only where it is compiled already (vLLM or an earlier probe built it, or FlashInfer's AOT
+    cache has it), or when NEMOLAUNCH_PROBE_COMPILE=1 allows the compile."""
+    from flashinfer.jit import fused_moe as jit
+
+    cap = capability()
+    gen = {90: "sm90", 100: "sm100", 110: "sm100", 103: "sm103", 120: "sm120", 121: "sm120"}.get(cap)
+    if gen is None:
+        raise Unsupported(f"FlashInfer's CUTLASS fused MoE has no module for sm_{cap}")
+    spec = getattr(jit, f"gen_cutlass_fused_moe_{gen}_module")()
+    if not (spec.is_aot or spec.is_compiled) and os.environ.get("NEMOLAUNCH_PROBE_COMPILE") != "1":
+        raise NotProbed(
+            f"FlashInfer's {spec.name} is not compiled on this machine ({len(spec.sources)} CUDA sources to JIT; "
+            "vLLM compiles it on its first start with this backend); NEMOLAUNCH_PROBE_COMPILE=1 with a larger "
+            "--timeout lets the probe compile it"
+        )
+
+
+def moe_flashinfer_cutlass_fp8(m, n, k):
+    """FlashInfer's CUTLASS fused MoE with per-tensor FP8 (vLLM's FLASHINFER_CUTLASS backend, FlashInferExperts),
+    called as FlashInferExperts.apply calls it. vLLM picks it for per-tensor FP8 only with static activation
+    scales (an FP8 checkpoint's), so the scales are static here, calibrated on these inputs; the gate-up weight in
+    FlashInfer's [up; gate] order (vLLM's swap_w13_to_w31); quant_scales as vLLM's make_fp8_moe_quant_config
+    gives them: w13 scale x a1 scale, 1 / a2 scale, w2 scale x a2 scale, a1 scale."""
+    check_moe_backend("fp8", "FLASHINFER_CUTLASS")
+    flashinfer_cutlass_moe_module()
+    from flashinfer.fused_moe.core import ActivationType
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.layers.quantization.utils.flashinfer_utils import swap_w13_to_w31
+    from vllm.utils.flashinfer import flashinfer_cutlass_fused_moe
+
+    x, w1q, w2q, w1s, w2s, weights, ids, reference = moe_fp8_inputs(m, n, k)
+    a1 = (x.abs().amax().float() / FP8_MAX).reshape(())
+    # the second GEMM's input (SiLU(gate) * up) over a sample of tokens, with room for the tokens not sampled
+    sample, amax = min(m, 256), torch.zeros((), device="cuda")
+    for ex in ids[:sample].unique().tolist():
+        rows = (ids[:sample] == ex).any(-1)
+        g, u = (x[:sample][rows].float() @ (w1q[ex].float() * w1s[ex]).t()).chunk(2, dim=-1)
+        amax = torch.maximum(amax, (torch.nn.functional.silu(g) * u).abs().amax())
+    a2 = (2 * amax / FP8_MAX).reshape(())
+    scales = [(w1s * a1).float().contiguous(), (1.0 / a2).float(), (w2s * a2).float().contiguous(), a1]
+    w31 = swap_w13_to_w31(w1q).contiguous()
+    out = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def run():
+        xq, _ = ops.scaled_fp8_quant(x, a1)
+        flashinfer_cutlass_fused_moe(
+            input=xq, token_selected_experts=ids, token_final_scales=weights, fc1_expert_weights=w31,
+            fc2_expert_weights=w2q, output=out, output_dtype=torch.bfloat16, quant_scales=scales, input_sf=None,
+            tp_size=1, tp_rank=0, ep_size=1, ep_rank=0, activation_type=ActivationType.Swiglu,
         )  # fmt: skip
         return out
 
@@ -389,6 +615,47 @@ def attention_flash(m, n, k):
     return run, reference
 
 
+def attention_flex(m, n, k):
+    """vLLM's FLEX_ATTENTION backend: its FlexAttentionImpl.forward on the FlexAttentionMetadata its builder makes
+    (block sizes from the builder's own rule, vLLM's physical-to-logical map, the direct block mask over the
+    paged cache, causal, decode offsets), K and V packed in one cache tensor laid out as the backend's
+    get_kv_cache_shape and stride order say. torch.compile builds the kernel on the first call of each shape,
+    in this process (one compile thread: no worker pool shared between forked probes)."""
+    import torch._inductor.config as inductor_config
+    from vllm.v1.attention.backends import flex_attention as flex
+
+    inductor_config.compile_threads = 1
+    kwargs, reference = paged_inputs(m, n, k)
+    kv_cache = torch.cat([kwargs["k"], kwargs["v"]], -1).permute(0, 2, 1, 3)  # (blocks, kv heads, block, 2 x dim)
+    table, seq_lens, starts = kwargs["block_table"], kwargs["seqused_k"], kwargs["cu_seqlens_q"]
+    blocks, tokens, pages = kv_cache.shape[0], m * n, table.shape[1]
+    small = flex.is_torch_equal_or_newer("2.9.0.dev0")
+    sizes = SimpleNamespace(flex_attn_q_block_size=None, flex_attn_block_m=None, flex_attn_kv_block_size=None,
+                            flex_attn_block_n=None)  # fmt: skip
+    q_block, kv_block = flex.FlexAttentionMetadataBuilder._get_block_sizes(sizes, small, BLOCK)
+    groups = -(-tokens // q_block)
+    meta = flex.FlexAttentionMetadata(
+        causal=True, num_actual_tokens=tokens, max_query_len=n, query_start_loc=starts,
+        query_start_loc_cpu=starts.cpu(), max_seq_len=k, seq_lens=seq_lens, block_table=table,
+        slot_mapping=torch.zeros(tokens, device="cuda", dtype=torch.int64), use_cascade=False, common_prefix_len=0,
+        cu_prefix_query_lens=None, prefix_kv_lens=None, suffix_kv_lens=None, total_cache_tokens=blocks * BLOCK,
+        block_size=BLOCK, max_possible_sequence_length=k, num_reqs=m,
+        physical_to_logical=flex.physical_to_logical_mapping(table, seq_lens, BLOCK, blocks),
+        decode_offset=(seq_lens - n).to(torch.int32), num_blocks_per_seq=-(seq_lens // -BLOCK),
+        persistent_kv_indices=torch.empty(groups, q_block * pages, device="cuda", dtype=torch.int32),
+        persistent_kv_num_blocks=torch.empty(groups, device="cuda", dtype=torch.int32),
+        persistent_doc_ids=torch.empty(tokens, device="cuda", dtype=torch.int32),
+        direct_build=small and kv_block == BLOCK, q_block_size=q_block, kv_block_size=kv_block,
+    )  # fmt: skip
+    meta.block_mask = meta._build_block_mask_direct() if meta.direct_build else meta.build_block_mask()
+    impl = flex.FlexAttentionImpl(
+        num_heads=LAYER.heads, head_size=LAYER.head_dim, scale=kwargs["softmax_scale"], num_kv_heads=LAYER.kv_heads,
+        alibi_slopes=None, sliding_window=None, kv_cache_dtype="auto",
+    )  # fmt: skip
+    layer, out = torch.nn.Module(), kwargs["out"]
+    return (lambda: impl.forward(layer, kwargs["q"], None, None, kv_cache, meta, out)), reference
+
+
 @functools.cache
 def flashinfer_attention_modules() -> None:
     """Compile, in one ninja run, the two FlashInfer modules vLLM's FLASHINFER backend loads for bf16 attention:
@@ -468,9 +735,41 @@ KERNELS: dict[tuple[str, str], Callable] = {
     ("attention", "TRITON_ATTN"): attention_triton,
     ("attention", "FLASH_ATTN"): attention_flash,
     ("attention", "FLASHINFER"): attention_flashinfer,
+    ("attention", "FLEX_ATTENTION"): attention_flex,
+    ("fp8_moe", "FLASHINFER_CUTLASS"): moe_flashinfer_cutlass_fp8,
+    ("fp8_dense", "HummingFP8ScaledMMLinearKernel"): fp8_humming,
+    ("nvfp4_dense", "HummingNvFp4LinearKernel"): nvfp4_humming,
 }
+# kernels vLLM runs on other GPUs only (SM100/SM120), or only with an optional package: vLLM's own checks say why
+# not here (where they say it runs, the kernel is reported not-probed: the probe driving it is still to write)
+GATED_MOE = {
+    "fp8": ("FLASHINFER_TRTLLM", "HUMMING"),
+    "nvfp4": (
+        "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED", "FLASHINFER_CUTLASS",
+        "FLASHINFER_B12X", "VLLM_CUTLASS", "HUMMING",
+    ),
+}  # fmt: skip
+GATED_LINEAR = {
+    "fp8_dense": ("_POSSIBLE_FP8_KERNELS", ("B12xTensorFP8ScaledMMLinearKernel",)),
+    "nvfp4_dense": (
+        "_POSSIBLE_NVFP4_KERNELS",
+        (
+            "FlashInferCuteDslNvFp4LinearKernel", "FlashInferCutlassNvFp4LinearKernel",
+            "FlashInferB12xNvFp4LinearKernel", "FlashInferCuteDslNvFp4W4A16LinearKernel",
+            "FlashInferTrtllmNvFp4LinearKernel", "FlashInferCudnnNvFp4LinearKernel", "FbgemmNvFp4LinearKernel",
+            "B12xNvFp4LinearKernel", "B12xNvFp4W4A16LinearKernel",
+        ),
+    ),
+}  # fmt: skip
+GATES: dict[tuple[str, str], Callable] = {
+    (f"{quant}_moe", backend): moe_gate(quant, backend) for quant, names in GATED_MOE.items() for backend in names
+}
+GATES.update(
+    {(chain, name): linear_gate(table, name) for chain, (table, names) in GATED_LINEAR.items() for name in names}
+)
+KERNELS.update(GATES)
 # kernels that quantize an intermediate themselves (their bound is the FP8 one)
-INTERNAL_FP8 = {("fp8_moe", "TRITON"), ("fp8_moe", "VLLM_CUTLASS")}
+INTERNAL_FP8 = {("fp8_moe", "TRITON"), ("fp8_moe", "VLLM_CUTLASS"), ("fp8_moe", "FLASHINFER_CUTLASS")}
 
 
 def time_us(fn, repeats: int) -> tuple[float, str]:

@@ -1,0 +1,101 @@
+"""The probes for kernels vLLM runs only on other GPUs (SM100/SM120) or with an optional package: under the real
+vLLM of the CPU engine they reach vLLM's own checks and report why the kernel cannot run, with vLLM's reason;
+with the platform made to look like an H200 (sm_90) they give the SM90 verdict. No GPU needed: each gate asks
+vLLM before it touches CUDA."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from checks.proc import Conversation
+from launcher.probe import KernelResult, Layer, _probe_all
+
+CHILD = Path(__file__).resolve().parents[1] / "launcher" / "child"
+# runs under the engine's Python: every gate of kernel_probe.py, its exception as the probe would classify it
+SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2] != "none":
+    major, minor = int(sys.argv[2][0]), int(sys.argv[2][1:])
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+    platform = type(current_platform)
+    platform.is_cuda = lambda self: True
+    platform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(major, minor))
+import kernel_probe
+from verdict import classify
+out = {}
+for (chain, kernel), setup in kernel_probe.GATES.items():
+    try:
+        setup(16, 256, 256)
+        out[f"{chain}/{kernel}"] = {"status": "returned"}
+    except Exception as e:
+        out[f"{chain}/{kernel}"] = classify(e) or {"status": "failed", "error": repr(e)}
+print(json.dumps(out))
+"""
+
+
+def gates(engine_python: Path, capability: str) -> dict[str, dict[str, str]]:
+    r = subprocess.run(
+        [engine_python, "-c", SCRIPT, str(CHILD), capability], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def on_cpu(engine_python: Path) -> dict[str, dict[str, str]]:
+    return gates(engine_python, "none")
+
+
+@pytest.fixture(scope="module")
+def on_sm90(engine_python: Path) -> dict[str, dict[str, str]]:
+    return gates(engine_python, "90")
+
+
+@pytest.mark.engine
+def test_every_gate_reaches_vllms_checks_without_a_gpu(on_cpu: dict[str, dict[str, str]]) -> None:
+    assert on_cpu, "no gates"
+    for name, verdict in on_cpu.items():
+        if name.endswith("/HUMMING"):  # the optional package is missing before any device question
+            assert verdict["status"] == "unavailable" and "humming" in verdict["error"], (name, verdict)
+        else:
+            assert verdict["status"] == "unsupported", (name, verdict)
+            assert "vLLM sees no CUDA GPU" in verdict["error"], (name, verdict)
+
+
+@pytest.mark.engine
+def test_sm100_only_kernels_say_so_on_sm90(on_sm90: dict[str, dict[str, str]]) -> None:
+    """The reasons are vLLM's: the capability family its experts classes check, the message of is_supported."""
+    for name in ("fp8_moe/FLASHINFER_TRTLLM", "nvfp4_moe/FLASHINFER_TRTLLM", "nvfp4_moe/FLASHINFER_CUTEDSL"):
+        verdict = on_sm90[name]
+        assert verdict["status"] == "unsupported", (name, verdict)
+        assert "not on sm_90" in verdict["error"] and "is_device_capability_family(100)" in verdict["error"]
+    cutlass_fp4 = on_sm90["nvfp4_moe/VLLM_CUTLASS"]
+    assert cutlass_fp4["status"] == "unsupported" and "not on sm_90" in cutlass_fp4["error"], cutlass_fp4
+    fi_fp4 = on_sm90["nvfp4_dense/FlashInferCutlassNvFp4LinearKernel"]
+    assert fi_fp4["status"] == "unsupported" and "sm_90" in fi_fp4["error"], fi_fp4
+    assert "sm_100" in fi_fp4["error"].lower(), fi_fp4
+
+
+@pytest.mark.engine
+def test_the_new_probes_run_contained_in_the_real_harness(engine_python: Path) -> None:
+    """Through the real harness (a forked child each): a gate answers unsupported, FlashInfer's CUTLASS FP8 MoE
+    stops at vLLM's device check, FLEX_ATTENTION fails for want of CUDA as its own failure; the run goes on."""
+    kernels = [
+        KernelResult("nvfp4_moe", "FLASHINFER_CUTEDSL", 2, None, None, "not-probed"),
+        KernelResult("fp8_moe", "FLASHINFER_CUTLASS", 2, None, None, "not-probed"),
+        KernelResult("attention", "FLEX_ATTENTION", 3, None, None, "not-probed"),
+        KernelResult("fp8_dense", "HummingFP8ScaledMMLinearKernel", 6, True, None, "not-probed"),
+    ]
+    with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
+        assert not _probe_all(harness, kernels, Layer(dense=((64, 64),)), 120, lambda _: None)
+    cutedsl, fi_cutlass, flex, humming = kernels
+    assert cutedsl.status == "unsupported" and "FlashInferCuteDSLExperts" in (cutedsl.error or ""), cutedsl
+    assert fi_cutlass.status == "unsupported" and "FlashInferExperts" in (fi_cutlass.error or ""), fi_cutlass
+    assert flex.status == "failed" and "CUDA" in (flex.error or ""), flex
+    assert humming.status == "unavailable" and "humming" in (humming.error or ""), humming
