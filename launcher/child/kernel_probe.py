@@ -284,16 +284,19 @@ def fp8_humming(m, n, k):
     FP8 weight transposed to K x N, one weight scale, no input scale; then the kernel's own
     process_weights_after_loading and apply_weights (bf16 activations)."""
     humming_available()
-    from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
     from vllm.model_executor.kernels.linear.scaled_mm.humming import HummingFP8ScaledMMLinearKernel
+    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
     from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8DynamicTokenSym, kFp8StaticTensorSym
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     qw, sw = quantize_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5, per_row=False)
-    kernel = init_fp8_linear_kernel(
-        activation_quant_key=kFp8DynamicTokenSym, weight_quant_key=kFp8StaticTensorSym, input_dtype=torch.bfloat16,
-        out_dtype=torch.bfloat16, weight_shape=(n, k), force_kernel=HummingFP8ScaledMMLinearKernel,
+    # the kernel itself, as init_fp8_linear_kernel builds the one it picks (forcing it there would fall back to
+    # another kernel silently if it could not be used)
+    config = FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=kFp8StaticTensorSym, activation_quant_key=kFp8DynamicTokenSym, weight_shape=(n, k),
+        input_dtype=torch.bfloat16, out_dtype=torch.bfloat16,
     )  # fmt: skip
+    kernel = HummingFP8ScaledMMLinearKernel(config, ["weight", "weight_scale", "input_scale", "input_scale_ub"])
     layer = linear_layer(n, k)
     layer.weight = parameter(qw.t(), input_dim=0, output_dim=1)
     layer.weight_scale = parameter(sw.reshape(1))
@@ -626,8 +629,12 @@ def attention_flex(m, n, k):
 
     inductor_config.compile_threads = 1
     kwargs, reference = paged_inputs(m, n, k)
-    kv_cache = torch.cat([kwargs["k"], kwargs["v"]], -1).permute(0, 2, 1, 3)  # (blocks, kv heads, block, 2 x dim)
-    table, seq_lens, starts = kwargs["block_table"], kwargs["seqused_k"], kwargs["cu_seqlens_q"]
+    # (blocks, kv heads, block, 2 x dim) over memory laid out (blocks, block, kv heads, 2 x dim); every page one up:
+    # vLLM keeps page 0 as its null block, and the direct block mask skips it
+    packed = torch.roll(torch.cat([kwargs["k"], kwargs["v"]], -1), 1, 0)
+    kv_cache = packed.permute(0, 2, 1, 3)
+    table = (kwargs["block_table"] + 1).to(torch.int32)
+    seq_lens, starts = kwargs["seqused_k"], kwargs["cu_seqlens_q"]
     blocks, tokens, pages = kv_cache.shape[0], m * n, table.shape[1]
     small = flex.is_torch_equal_or_newer("2.9.0.dev0")
     sizes = SimpleNamespace(flex_attn_q_block_size=None, flex_attn_block_m=None, flex_attn_kv_block_size=None,
