@@ -5,9 +5,9 @@
 # "Fresh" is made real by pointing FlashInfer's, Triton's, torch inductor's and CUDA's caches at empty folders for
 # each fresh run; the warm run of each model reuses the folders its fresh run filled. Writes to OUTDIR: the
 # probe reports (probe-*.json, small), their logs, times.txt and summary.txt; prints the summary last.
-# Wall-clock: at most 6.5 minutes. Each step has a limit (sanity 20 s, fresh dense 130, fresh MoE 130, warm dense
-# 40, warm MoE 40: 360 s, each +5 s if it ignores Ctrl-C), then the summary; expected about 5 minutes. A run past
-# its limit gets Ctrl-C: probe keeps what it measured (exit 130) and the summary says which kernels it cut off.
+# Wall-clock: at most 6.5 minutes. Each step has a limit (sanity 15 s, fresh dense 120 (the target), fresh MoE 120,
+# warm dense 50, warm MoE 60: 365 s, each +3 s if it ignores Ctrl-C), then the summary; expected about 5 minutes.
+# A run past its limit gets Ctrl-C: probe keeps what it measured (exit 130), the summary shows what it cut off.
 # The comparison without FlashInfer's one-ninja-run prebuild (NEMOLAUNCH_FLASHINFER_PREBUILD=0, attention only)
 # runs last, only if 140 s are left before the 6.5-minute mark (so in practice only after fast fresh runs).
 set -u
@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 #    broken by an import shows here; in the runs each kernel is its own forked child, so a broken probe is that
 #    kernel's failure, never the run's)
 echo '{"jobs": [], "timeout_s": 10, "parallel": 1}' \
-    | timeout -k 5 20 python3 launcher/child/kernel_probe.py --serve > "$out/sanity.json" 2> "$out/sanity.log"
+    | timeout -k 3 15 python3 launcher/child/kernel_probe.py --serve > "$out/sanity.json" 2> "$out/sanity.log"
 echo "sanity: exit $?: $(head -c 400 "$out/sanity.json")"
 
 use_caches() {  # every cache a first run fills, under $caches/$1
@@ -38,7 +38,7 @@ probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
     local label=$1 limit=$2 start end rc
     shift 2
     start=$(date +%s%N)
-    timeout -s INT -k 5 "$limit" python3 -m launcher probe --json --python python3 "$@" \
+    timeout -s INT -k 3 "$limit" python3 -m launcher probe --json --python python3 "$@" \
         > "$out/probe-$label.json" 2> "$out/probe-$label.log"
     rc=$?
     end=$(date +%s%N)
@@ -47,13 +47,13 @@ probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
 }
 
 use_caches dense
-probe dense-fresh 130 --model "$models/llama-3.1-8b-instruct" --quantization fp8
+probe dense-fresh 120 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 use_caches moe
-probe moe-fresh 130 --model "$models/qwen3-30b-a3b" --quantization fp8
+probe moe-fresh 120 --model "$models/qwen3-30b-a3b" --quantization fp8
 use_caches dense
-probe dense-warm 40 --model "$models/llama-3.1-8b-instruct" --quantization fp8
+probe dense-warm 50 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 use_caches moe
-probe moe-warm 40 --model "$models/qwen3-30b-a3b" --quantization fp8
+probe moe-warm 60 --model "$models/qwen3-30b-a3b" --quantization fp8
 du -sh "$caches"/*/flashinfer 2>/dev/null | tee -a "$out/times.txt"
 
 # optional: the fresh attention chain with FlashInfer's two modules compiled by its wrappers one after the other
