@@ -68,33 +68,4 @@ else
 fi
 rm -rf "$caches"
 
-python3 - "$out" <<'PY' | tee "$out/summary.txt"
-import json, pathlib, re, sys
-from collections import Counter
-sys.path.insert(0, ".")
-from launcher.chains import NOT_PROBED
-out = pathlib.Path(sys.argv[1])
-times = {m[1]: (m[2], m[3]) for m in re.finditer(r"^(\S+) exit (\d+) in ([\d.]+) s", (out / "times.txt").read_text(), re.M)}
-print("run                          wall s  exit  report s  chains                        ok/failed/unsupported (other)  FlashInfer set-up s")
-details = []
-for label, (rc, wall) in times.items():
-    f = out / f"probe-{label}.json"
-    try:
-        d = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError):
-        log = (out / f"probe-{label}.log").read_text(errors="replace").strip().splitlines()
-        print(f"{label:28} {wall:>6}  {rc:>4}  no report: {(log or ['no output'])[-1][:120]}")
-        continue
-    counts = Counter(k["status"] for k in d["kernels"])
-    other = {s: n for s, n in counts.items() if s not in ("ok", "failed", "unsupported")}
-    fi = next((k.get("setup_s") for k in d["kernels"] if k["chain"] == "attention" and k["kernel"] == "FLASHINFER"), None)
-    chains = ",".join(sorted(d["chains_probed"]))
-    print(f"{label:28} {wall:>6}  {rc:>4}  {d['seconds']:>8}  {chains:28}  {counts['ok']}/{counts['failed']}/{counts['unsupported']} {other}  {fi}")
-    details.append((label, d))
-for label, d in details:
-    print(f"\n{label}: recommended {d['recommended']}")
-    for k in d["kernels"]:
-        if k["status"] == "not-probed" and (not k.get("error") or "no probe" in k["error"] or k["kernel"] in NOT_PROBED):
-            continue  # kernels nemolaunch does not run by design or has no probe for: the report lists them
-        print(f"  {k['chain']:11} {k['kernel'][:36]:36} {k['status']:11} {k['seconds']:>6} s  set-up {k.get('setup_s')}  {(k.get('error') or '')[:110]}")
-PY
+python3 benchmarks/probe_summary.py "$out" | tee "$out/summary.txt"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,28 @@ def test_the_new_probes_run_contained_in_the_real_harness(engine_python: Path) -
     assert fi_cutlass.status == "unsupported" and "FlashInferExperts" in (fi_cutlass.error or ""), fi_cutlass
     assert flex.status == "failed" and "CUDA" in (flex.error or ""), flex
     assert humming.status == "unavailable" and "humming" in (humming.error or ""), humming
+
+
+def test_the_gpu_script_summary_counts_the_report(tmp_path: Path) -> None:
+    """benchmarks/probe_summary.py on the H200 capture as one run and a run that left no report: its counts and
+    FlashInfer's set-up are the capture's; the run without a report says why in one line."""
+    capture = json.loads((Path(__file__).parent / "fixtures/probe/h200-vllm026-harness-2026-11-30.json").read_text())
+    capture["chains_probed"] = {"attention": "x", "fp8_moe": "y"}
+    (tmp_path / "probe-moe-fresh.json").write_text(json.dumps(capture))
+    (tmp_path / "probe-dense-warm.json").write_text("")
+    (tmp_path / "probe-dense-warm.log").write_text("Traceback ...\nnemolaunch: the probe harness does not start\n")
+    (tmp_path / "times.txt").write_text("moe-fresh exit 0 in 117.4 s (limit 120 s)\ndense-warm exit 3 in 2.0 s\n")
+    r = subprocess.run(
+        [sys.executable, Path(__file__).parents[1] / "benchmarks/probe_summary.py", tmp_path],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:3]}
+    statuses = [k["status"] for k in capture["kernels"]]
+    setup = next(k["setup_s"] for k in capture["kernels"] if k["kernel"] == "FLASHINFER")
+    counts = "/".join(str(statuses.count(s)) for s in ("ok", "failed", "unsupported"))
+    assert rows["moe-fresh"].split()[1:4] == ["117.4", "0", str(capture["seconds"])]
+    assert " attention,fp8_moe " in rows["moe-fresh"] and f" {counts} " in rows["moe-fresh"]
+    assert rows["moe-fresh"].rstrip().endswith(str(setup)), rows["moe-fresh"]
+    assert "no report: nemolaunch: the probe harness does not start" in rows["dense-warm"]
+    listed = r.stdout.split("moe-fresh: recommended", 1)[1]
+    assert "VLLM_CUTLASS" in listed and "AITER" not in listed  # ran vs. not run by design

@@ -1,0 +1,69 @@
+"""The summary benchmarks/gpu_probe.sh prints last: per run its wall-clock, exit code, the chains it probed, how
+many kernels were ok / failed / unsupported (and other statuses), FlashInfer's attention set-up (its JIT compile
+on a fresh machine); then, per run, every kernel that ran or was stopped for a reason of its own.
+
+    python3 benchmarks/probe_summary.py OUTDIR      (reads OUTDIR/times.txt and OUTDIR/probe-LABEL.json)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from launcher.chains import NOT_PROBED
+
+TIME_LINE = re.compile(r"^(\S+) exit (\d+) in ([\d.]+) s", re.M)
+MAIN = ("ok", "failed", "unsupported")
+
+
+def flashinfer_setup_s(report: dict[str, Any]) -> float | None:
+    for k in report.get("kernels", []):
+        if k.get("chain") == "attention" and k.get("kernel") == "FLASHINFER":
+            return k.get("setup_s")
+    return None
+
+
+def worth_listing(k: dict[str, Any]) -> bool:
+    """Kernels nemolaunch does not run by design, or has no probe for, are in the report, not the summary."""
+    error = k.get("error") or ""
+    return not (k.get("status") == "not-probed" and (not error or "no probe" in error or k.get("kernel") in NOT_PROBED))
+
+
+def summarize(out: Path) -> str:
+    times = {m[1]: (int(m[2]), float(m[3])) for m in TIME_LINE.finditer((out / "times.txt").read_text())}
+    lines = [f"{'run':28} {'wall s':>7} {'exit':>4} {'report s':>8}  {'chains':28} ok/failed/unsupported (other)  "
+             "FlashInfer set-up s"]  # fmt: skip
+    details = []
+    for label, (rc, wall) in times.items():
+        try:
+            report = json.loads((out / f"probe-{label}.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            log = (out / f"probe-{label}.log").read_text(errors="replace").strip().splitlines()
+            lines.append(f"{label:28} {wall:>7} {rc:>4}  no report: {(log or ['no output'])[-1][:120]}")
+            continue
+        counts = Counter(k.get("status") for k in report.get("kernels", []))
+        other = ", ".join(f"{s} {n}" for s, n in sorted(counts.items()) if s not in MAIN)
+        chains = ",".join(sorted(report.get("chains_probed", {})))
+        main = "/".join(str(counts[s]) for s in MAIN)
+        lines.append(
+            f"{label:28} {wall:>7} {rc:>4} {report.get('seconds', '?'):>8}  {chains:28} {main} ({other})  "
+            f"{flashinfer_setup_s(report)}"
+        )
+        details.append((label, report))
+    for label, report in details:
+        lines.append(f"\n{label}: recommended {report.get('recommended')}")
+        for k in filter(worth_listing, report.get("kernels", [])):
+            lines.append(
+                f"  {k.get('chain', '?'):11} {k.get('kernel', '?')[:36]:36} {k.get('status', '?'):11} "
+                f"{k.get('seconds', 0):>6} s  set-up {k.get('setup_s')}  {(k.get('error') or '')[:110]}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summarize(Path(sys.argv[1])))
