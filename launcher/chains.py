@@ -98,6 +98,9 @@ class Quantization:
     kind: str | None
     where: str
     block_scaled: bool = False
+    # FP8 activations with scales from the checkpoint (vLLM's kFp8StaticTensorSym) rather than computed per batch:
+    # vLLM runs FlashInfer's CUTLASS per-tensor FP8 MoE only then
+    static_activations: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,14 +136,20 @@ def checkpoint_quantization(config: dict[str, Any], hf_quant_config: dict[str, A
             kind = _compressed_tensors_kind(qc)
         else:
             kind = QUANT_METHODS.get(method, method or "an unnamed method")
-        groups = (qc.get("config_groups") or {}).values()
+        groups = list((qc.get("config_groups") or {}).values())
         block = bool(qc.get("weight_block_size")) or any(
             ((g or {}).get("weights") or {}).get("strategy") == "block" for g in groups
         )
-        return Quantization(kind, f"config.json quantization_config (quant_method {method})", block)
+        static = (
+            method == "modelopt"  # ModelOpt FP8 checkpoints carry input scales
+            or qc.get("activation_scheme") == "static"
+            or any(((g or {}).get("input_activations") or {}).get("dynamic") is False for g in groups)
+        )
+        return Quantization(kind, f"config.json quantization_config (quant_method {method})", block, static)
     if hf_quant_config:
         algo = str((hf_quant_config.get("quantization") or {}).get("quant_algo") or "")
-        return Quantization(MODELOPT_ALGOS.get(algo.upper(), f"modelopt {algo}"), f"hf_quant_config.json ({algo})")
+        kind = MODELOPT_ALGOS.get(algo.upper(), f"modelopt {algo}")
+        return Quantization(kind, f"hf_quant_config.json ({algo})", static_activations=True)
     return Quantization(None, "config.json (no quantization_config)")
 
 

@@ -19,7 +19,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,13 @@ class Layer:
     heads: int = 32
     kv_heads: int = 8
     head_dim: int = 128
+    # the model's FP8 activation scales come from its checkpoint (None: no model; a kernel may assume either)
+    static_activations: bool | None = None
 
-    def for_child(self) -> dict[str, int]:
+    def for_child(self) -> dict[str, int | bool | None]:
         """What kernel_probe.py needs besides the shapes."""
-        return {k: getattr(self, k) for k in ("experts", "topk", "heads", "kv_heads", "head_dim")}
+        keys = ("experts", "topk", "heads", "kv_heads", "head_dim", "static_activations")
+        return {k: getattr(self, k) for k in keys}
 
 
 @dataclass
@@ -133,7 +136,7 @@ def model_layer(model: Path) -> Layer:
         head_dim = int(cfg.get("head_dim") or h // heads)
         inter = int(cfg.get("intermediate_size") or cfg["moe_intermediate_size"])
         experts = next((cfg[k] for k in chain_table.EXPERT_KEYS if cfg.get(k)), None)
-        moe = {}
+        moe: dict[str, Any] = {}
         if experts:
             moe = {
                 "experts": int(experts),
@@ -258,6 +261,8 @@ def run(
 ) -> ProbeReport:
     """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given."""
     layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
+    if model is not None:
+        layer = replace(layer, static_activations=model_quantization(model, quantization).static_activations)
     selection = chains_for(model, quantization, every)
     unknown = [c for c in only or [] if c not in chain_table.CHAINS]
     if unknown:

@@ -7,7 +7,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -68,6 +68,23 @@ def test_block_scaled_fp8_says_its_kernels_are_not_the_probed_ones() -> None:
     selection = stage.chains_for(MODELS / "qwen3-30b-a3b-fp8", None, every=False)
     assert "block-FP8 kernels, which nemolaunch does not probe yet" in selection.chains["fp8_dense"]
     assert "128 experts" in selection.chains["fp8_moe"]
+
+
+@pytest.mark.parametrize(
+    ("model", "quantization", "static"),
+    [
+        ("llama-3.1-8b-instruct-fp8", None, True),  # compressed-tensors, input_activations dynamic false
+        ("qwen3-30b-a3b-fp8", None, False),  # activation_scheme dynamic
+        ("qwen3-30b-a3b-nvfp4", None, True),  # modelopt: input scales in the checkpoint
+        ("qwen3-30b-a3b", "fp8", False),  # online FP8 computes its scales per batch
+    ],
+)
+def test_the_child_is_told_whether_fp8_activation_scales_are_static(
+    model: str, quantization: str | None, static: bool
+) -> None:
+    """vLLM runs FlashInfer's CUTLASS per-tensor FP8 MoE only with static activation scales: the probe's MoE gate
+    asks vLLM with the model's scheme."""
+    assert stage.model_quantization(MODELS / model, quantization).static_activations is static
 
 
 def test_all_and_no_model_probe_every_chain() -> None:
@@ -157,7 +174,10 @@ class RecordedHarness:
         self.recorded = {(k["chain"], k["kernel"]): k for k in json.loads(CAPTURE.read_text())["kernels"]}
         self.answers: list[dict[str, Any]] = [{"kernels": [list(key) for key in self.recorded]}]
 
+    sent: ClassVar[list[dict[str, Any]]] = []
+
     def send(self, message: dict[str, Any]) -> None:
+        RecordedHarness.sent = message["jobs"]
         for job in message["jobs"]:
             k = self.recorded[(job["chain"], job["kernel"])]
             self.answers.append({**k, "noise": k["noise_lines"]})
@@ -205,6 +225,25 @@ def test_probe_json_contract_with_a_gpu(monkeypatch: pytest.MonkeyPatch, capsys:
     # this interpreter has no vLLM to declare FlashInfer's FP8 GEMM unsupported on SM90, so the fastest is picked
     assert doc["recommended"] == {"fp8_dense": "FlashInferFP8ScaledMMLinearKernel", "attention": "FLASH_ATTN"}
     assert doc["chains_left_out"] == dict.fromkeys(("nvfp4_dense", "nvfp4_moe", "fp8_moe"), "not in --only")
+
+
+@pytest.mark.parametrize(
+    ("model", "args", "static"),
+    [
+        ("qwen3-30b-a3b", ["--quantization", "fp8", "--only", "fp8_moe"], False),
+        ("llama-3.1-8b-instruct-fp8", ["--only", "fp8_dense"], True),
+    ],
+)
+def test_each_kernel_job_carries_the_models_activation_scheme(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], model: str, args: list[str], static: bool
+) -> None:
+    """Every job the harness gets says whether the FP8 activation scales are static (a checkpoint's) or dynamic
+    (online FP8), so the MoE gate asks vLLM about the scheme vLLM would run; the report's layer says so too."""
+    monkeypatch.setattr(stage, "nvml_facts", lambda: {"ok": True, "gpus": [H200]})
+    monkeypatch.setattr(stage, "Conversation", RecordedHarness)
+    doc = probe_json(capsys, "--model", str(MODELS / model), *args, code=0)
+    assert doc["layer"]["static_activations"] is static
+    assert RecordedHarness.sent and all(job["layer"]["static_activations"] is static for job in RecordedHarness.sent)
 
 
 def captured_report() -> ProbeReport:

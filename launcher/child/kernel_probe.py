@@ -197,13 +197,15 @@ def check_source(fn) -> str:
     return re.sub(r"\s+", " ", body.replace("return ", "")).replace("( ", "(").replace(" )", ")")[:240]
 
 
-# the per-tensor schemes the probe's MoE weights are in: FP8 with static activation scales (a checkpoint's; the
-# widest per-tensor FP8 scheme vLLM's MoE kernels accept) and NVFP4 (static weight, dynamic activation scales)
+# the per-tensor schemes of the model's MoE weights, as vLLM's Fp8MoEMethod keys them: FP8 with static activation
+# scales for a checkpoint that has them, dynamic ones for online FP8 (without a model: static, the widest scheme
+# vLLM's per-tensor FP8 MoE kernels accept); NVFP4 static weight, dynamic activation scales
 def moe_scheme(quant: str):
     from vllm.model_executor.layers.quantization.utils import quant_utils as qu
 
     if quant == "fp8":
-        return qu.kFp8StaticTensorSym, qu.kFp8StaticTensorSym
+        dynamic = LAYER.static_activations is False
+        return qu.kFp8StaticTensorSym, qu.kFp8DynamicTensorSym if dynamic else qu.kFp8StaticTensorSym
     return qu.kNvfp4Static, qu.kNvfp4Dynamic
 
 
@@ -343,7 +345,7 @@ def nvfp4_humming(m, n, k):
 
 # the layer the shapes come from: an 8-expert top-2 MoE and a Llama-8B-like attention unless the job gives a
 # model's (each child probes one kernel, so the harness sets it once per child from the job)
-LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128)
+LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128, static_activations=None)
 
 
 def moe_routing(m):
