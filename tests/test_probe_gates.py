@@ -131,3 +131,41 @@ def test_the_gpu_script_summary_counts_the_report(tmp_path: Path) -> None:
     assert "no report: nemolaunch: the probe harness does not start" in rows["dense-warm"]
     listed = r.stdout.split("moe-fresh: recommended", 1)[1]
     assert "VLLM_CUTLASS" in listed and "AITER" not in listed  # ran vs. not run by design
+
+
+# runs under the engine's Python: kernel_probe's FLEX_ATTENTION probe on the CPU, as written for vLLM 0.26, through
+# the CPU engine's vLLM FlexAttentionImpl; the engine's vLLM differs in two places (its metadata dropped the
+# cascade fields, its block-size rule takes whether the KV cache is paged), bridged here; flex_attention runs
+# eagerly (torch's CPU inductor cannot compile it on these machines)
+FLEX_SCRIPT = """
+import dataclasses, inspect, json, sys
+sys.path.insert(0, sys.argv[1])
+import kernel_probe
+from vllm.v1.attention.backends import flex_attention as flex
+kernel_probe.DEVICE = "cpu"
+kernel_probe.LAYER.heads, kernel_probe.LAYER.kv_heads, kernel_probe.LAYER.head_dim = 4, 2, 64
+metadata, builder = flex.FlexAttentionMetadata, flex.FlexAttentionMetadataBuilder
+known = {f.name for f in dataclasses.fields(metadata)}
+flex.FlexAttentionMetadata = lambda **kw: metadata(**{k: v for k, v in kw.items() if k in known})
+sizes = builder._get_block_sizes
+if len(inspect.signature(sizes).parameters) == 4:
+    builder._get_block_sizes = staticmethod(lambda cfg, small, block: sizes(cfg, small, block, True))
+flex.flex_attention_compiled = flex.flex_attention
+out = {}
+for m, n, k in [(3, 1, 40), (1, 24, 24), (2, 8, 40), (20, 1, 33)]:
+    run, reference = kernel_probe.attention_flex(m, n, k)
+    got, want = run().float(), reference()
+    out[f"{m},{n},{k}"] = float((got - want).norm() / want.norm())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.engine
+def test_flex_attention_probe_matches_the_reference_on_the_cpu_engine(engine_python: Path) -> None:
+    """The FLEX_ATTENTION probe's cache layout (K and V packed, pages past vLLM's null block), metadata and block
+    mask, through vLLM's own FlexAttentionImpl: decode, prefill, a chunk of a longer context, and more
+    sequences than one query block holds all match the float32 reference."""
+    r = subprocess.run([engine_python, "-c", FLEX_SCRIPT, str(CHILD)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    errors = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(errors) == 4 and all(0 <= e < 1e-2 for e in errors.values()), errors

@@ -543,6 +543,7 @@ def moe_marlin(quant: str):
 
 
 BLOCK = 16  # vLLM's default KV-cache block size
+DEVICE = "cuda"  # of the paged-attention inputs (the tests build FLEX_ATTENTION's on the CPU engine)
 
 
 def paged_inputs(m, n, k):
@@ -551,14 +552,14 @@ def paged_inputs(m, n, k):
     the float32 reference (a function: it runs later, when it cannot disturb another kernel's timing)."""
     blocks_per_seq = -(-k // BLOCK)
     num_blocks = m * blocks_per_seq + 1
-    q = torch.randn(m * n, LAYER.heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
-    k_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device="cuda", dtype=torch.bfloat16)
-    table = torch.randperm(num_blocks - 1, device="cuda", dtype=torch.int32)[: m * blocks_per_seq].view(m, -1)
+    q = torch.randn(m * n, LAYER.heads, LAYER.head_dim, device=DEVICE, dtype=torch.bfloat16)
+    k_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device=DEVICE, dtype=torch.bfloat16)
+    v_cache = torch.randn(num_blocks, BLOCK, LAYER.kv_heads, LAYER.head_dim, device=DEVICE, dtype=torch.bfloat16)
+    table = torch.randperm(num_blocks - 1, device=DEVICE, dtype=torch.int32)[: m * blocks_per_seq].view(m, -1)
     scale = LAYER.head_dim**-0.5
 
     def reference():
-        ref = torch.empty(m * n, LAYER.heads, LAYER.head_dim, device="cuda")
+        ref = torch.empty(m * n, LAYER.heads, LAYER.head_dim, device=DEVICE)
         group = LAYER.heads // LAYER.kv_heads
         for i in range(m):
             kk = (
@@ -574,8 +575,8 @@ def paged_inputs(m, n, k):
                 .repeat_interleave(group, 1)
             )
             scores = torch.einsum("qhd,khd->hqk", q[i * n : (i + 1) * n].float(), kk) * scale
-            pos_q = torch.arange(k - n, k, device="cuda")[:, None]
-            scores = scores.masked_fill(torch.arange(k, device="cuda")[None, :] > pos_q, float("-inf"))
+            pos_q = torch.arange(k - n, k, device=DEVICE)[:, None]
+            scores = scores.masked_fill(torch.arange(k, device=DEVICE)[None, :] > pos_q, float("-inf"))
             ref[i * n : (i + 1) * n] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), vv)
         return ref
 
@@ -584,9 +585,9 @@ def paged_inputs(m, n, k):
         "k": k_cache,
         "v": v_cache,
         "out": torch.full_like(q, float("nan")),
-        "cu_seqlens_q": torch.arange(0, m * n + 1, n, device="cuda", dtype=torch.int32),
+        "cu_seqlens_q": torch.arange(0, m * n + 1, n, device=DEVICE, dtype=torch.int32),
         "max_seqlen_q": n,
-        "seqused_k": torch.full((m,), k, device="cuda", dtype=torch.int32),
+        "seqused_k": torch.full((m,), k, device=DEVICE, dtype=torch.int32),
         "max_seqlen_k": k,
         "softmax_scale": scale,
         "causal": True,
@@ -646,14 +647,14 @@ def attention_flex(m, n, k):
     meta = flex.FlexAttentionMetadata(
         causal=True, num_actual_tokens=tokens, max_query_len=n, query_start_loc=starts,
         query_start_loc_cpu=starts.cpu(), max_seq_len=k, seq_lens=seq_lens, block_table=table,
-        slot_mapping=torch.zeros(tokens, device="cuda", dtype=torch.int64), use_cascade=False, common_prefix_len=0,
+        slot_mapping=torch.zeros(tokens, device=DEVICE, dtype=torch.int64), use_cascade=False, common_prefix_len=0,
         cu_prefix_query_lens=None, prefix_kv_lens=None, suffix_kv_lens=None, total_cache_tokens=blocks * BLOCK,
         block_size=BLOCK, max_possible_sequence_length=k, num_reqs=m,
         physical_to_logical=flex.physical_to_logical_mapping(table, seq_lens, BLOCK, blocks),
         decode_offset=(seq_lens - n).to(torch.int32), num_blocks_per_seq=-(seq_lens // -BLOCK),
-        persistent_kv_indices=torch.empty(groups, q_block * pages, device="cuda", dtype=torch.int32),
-        persistent_kv_num_blocks=torch.empty(groups, device="cuda", dtype=torch.int32),
-        persistent_doc_ids=torch.empty(tokens, device="cuda", dtype=torch.int32),
+        persistent_kv_indices=torch.empty(groups, q_block * pages, device=DEVICE, dtype=torch.int32),
+        persistent_kv_num_blocks=torch.empty(groups, device=DEVICE, dtype=torch.int32),
+        persistent_doc_ids=torch.empty(tokens, device=DEVICE, dtype=torch.int32),
         direct_build=small and kv_block == BLOCK, q_block_size=q_block, kv_block_size=kv_block,
     )  # fmt: skip
     meta.block_mask = meta._build_block_mask_direct() if meta.direct_build else meta.build_block_mask()
