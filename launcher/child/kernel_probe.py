@@ -215,6 +215,8 @@ def check_moe_backend(quant: str, backend: str):
     condition each class checks."""
     oracle = importlib.import_module(f"vllm.model_executor.layers.fused_moe.oracle.{quant}")
     enum = oracle.Fp8MoeBackend if quant == "fp8" else oracle.NvFp4MoeBackend
+    if backend not in enum.__members__:
+        raise ImportError(f"this vLLM has no {quant} MoE backend {backend}")
     weight_key, activation_key = moe_scheme(quant)
     reasons = []
     for cls in oracle.backend_to_kernel_cls(enum[backend]):
