@@ -302,6 +302,12 @@ def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: P
     type=click.IntRange(0),
     help="A multi-node profile: launch this node's part (its position in [placement].nodes; 0 is the head).",
 )
+@click.option(
+    "--api-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="vLLM demands this key (the file's first line; handed to vLLM as $VLLM_API_KEY, never on its argv). "
+    "Default: the profile's, else $VLLM_API_KEY.",
+)
 @PYTHON_OPTION
 @JSON_OPTION
 def serve(
@@ -315,31 +321,39 @@ def serve(
     quiet: bool,
     smoke: bool,
     node_rank: int,
+    api_key_file: Path | None,
     python: Path | None,
     as_json: bool,
 ) -> int:
     """Launch vLLM with a profile's flags for the installed version, and watch its log.
 
     A multi-node profile ([placement].nodes) runs one node's part per call: `--node-rank 0` on the head
-    (it serves the API), `--node-rank K` on node K (headless workers)."""
-    import time
+    (it serves the API), `--node-rank K` on node K (headless workers).
 
+    A --host beyond loopback is warned about (and more so without an API key); once serving, serve says the
+    address vLLM really listens on, and only after checking that the server answering is the one it started.
+    """
+    from checks.secrets import redact_text
     from launcher import serve as stage
     from launcher.output import json_document
 
-    plan = stage.make_plan(profile_ref, model, python, host, port, vllm_version, node_rank)
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
+    if not (dry_run or vllm_version):
+        stage.check_model(model)
+    plan = stage.make_plan(
+        profile_ref, model, python, host, port, vllm_version, node_rank, api_key_file=api_key_file, say=say
+    )
     for warning in stage.warnings(plan):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     if dry_run or vllm_version:
-        if as_json:
-            click.echo(json_document("serve", plan.to_json()))
-        else:
-            click.echo(plan.shell())
+        click.echo(json_document("serve", plan.to_json()) if as_json else plan.shell())
         return ExitCode.OK
-    click.echo(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}", err=True)
-    log_path = log_file or Path("nemolaunch-logs") / time.strftime("serve-%Y%m%d-%H%M%S.log")
-    echo_log = None if quiet else (lambda line: click.echo(line, err=True))
-    return stage.run(plan, model, log_path, say=lambda m: click.echo(m, err=True), echo_log=echo_log, smoke=smoke)
+    say(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}")
+    log_path = log_file or stage.default_log_path()
+    echo_log = None if quiet else (lambda line: click.echo(redact_text(line), err=True))
+    return stage.run(plan, model, log_path, say=say, echo_log=echo_log, smoke=smoke)
 
 
 def _int_list(text: str) -> tuple[int, ...]:

@@ -49,3 +49,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def create_exclusive(path: Path) -> Path:
+    """Create `path` empty, exclusively and never through a symlink (O_CREAT | O_EXCL | O_NOFOLLOW), with the
+    umask's mode: in a shared folder nobody can have put a file or a link there first. When the name is taken,
+    NAME-2.EXT, NAME-3.EXT, ... Returns the path created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return candidate
+    raise FileExistsError(f"no free name for {path} (tried 999)")

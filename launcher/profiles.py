@@ -87,6 +87,12 @@ class Placement:
         return self.nodes[0]
 
 
+# flags nemolaunch sets itself: a profile's extra_args may not override them (it would serve another model, or
+# bind an address nemolaunch does not know and so cannot print, check or warn about)
+OWNED_FLAGS = ("--host", "--port", "--model", "--uds")
+POSITIVE_INTS = ("max_num_seqs", "max_model_len")  # the parallel sizes: PARALLEL_SIZES below
+
+
 @dataclass(frozen=True)
 class ServingProfile:
     name: str
@@ -173,6 +179,15 @@ def parse_profile(text: str, path: Path, name: str | None = None) -> ServingProf
             raise fail(f"[vllm].{key} must be {_type_name(expected)}, not {value!r}", key, "vllm")
         if expected is list and not all(isinstance(v, str) for v in value):
             raise fail(f"[vllm].{key} must be a list of strings", key, "vllm")
+    for key in POSITIVE_INTS:
+        if key in settings and settings[key] < 1:
+            raise fail(f"[vllm].{key} must be a positive integer, not {settings[key]}", key, "vllm")
+    for arg in settings.get("extra_args", []):
+        if arg.split("=", 1)[0] in OWNED_FLAGS:
+            raise BadInput(
+                f"{path}: [vllm].extra_args sets {arg.split('=', 1)[0]}, which nemolaunch owns",
+                f"remove it from the profile; give it to nemolaunch serve as {arg.split('=', 1)[0]}",
+            )
     gmu = settings.get("gpu_memory_utilization")
     if gmu is not None and not 0 < gmu <= 1:
         raise fail(f"[vllm].gpu_memory_utilization must be in (0, 1], not {gmu}", "gpu_memory_utilization", "vllm")

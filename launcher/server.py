@@ -1,8 +1,15 @@
-"""A vLLM OpenAI-compatible server as a child process group: start, wait until it serves, stop cleanly."""
+"""A vLLM OpenAI-compatible server as a child process group: start, wait until it serves, check that the server
+answering is this one, watch its processes, stop cleanly.
+
+HTTP: the simple JSON calls (readiness, the model list, serve's one smoke completion) use the standard
+library's urllib, synchronously, from a plain loop; only bench's client, which streams hundreds of requests at
+once, uses aiohttp (asyncio). One call here needs no event loop, and urllib adds no dependency to serve.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -12,12 +19,15 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
+import psutil
+
 from checks.proc import spawn_group, stop_group
 from launcher.errors import NemolaunchError
 
 
-def get_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+def get_json(url: str, timeout: float = 5.0, key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
         return json.loads(resp.read() or b"null")
 
 
@@ -27,7 +37,19 @@ def last_lines(path: Path, n: int = 5) -> list[str]:
         f.seek(0, 2)
         f.seek(max(0, f.tell() - 16384))
         lines = f.read().decode("utf-8", "replace").splitlines()
-    return [ln for ln in lines if ln.strip()][-n:]
+    return [ln for ln in lines if ln.strip() and not ln.startswith("# nemolaunch")][-n:]
+
+
+def open_log(path: Path) -> int:
+    """The log for appending, never through a symlink (O_NOFOLLOW), with the mode a plain open() gives."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as e:
+        from launcher.errors import BadInput
+
+        link = " (it is a symlink: nemolaunch does not write through one)" if path.is_symlink() else ""
+        raise BadInput(f"cannot write the log {path}: {e.strerror}{link}", "give another --log-file") from None
 
 
 @dataclass
@@ -35,20 +57,34 @@ class Server:
     proc: Popen[bytes]
     url: str
     log_path: Path
+    key: str | None = None
     started_at: float = field(default_factory=time.monotonic)
+    family: dict[int, str] = field(default_factory=dict)  # pid -> name of vLLM's processes once it serves
 
     @classmethod
-    def start(cls, argv: Sequence[str], env: Mapping[str, str], url: str, log_path: Path) -> Server:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
+    def start(
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        url: str,
+        log_path: Path,
+        header: str | None = None,
+        key: str | None = None,
+    ) -> Server:
+        fd = open_log(log_path)
+        with os.fdopen(fd, "ab") as log:
+            if header:
+                log.write(header.encode() + b"\n")
+                log.flush()
             proc = spawn_group(argv, env, log)
-        return cls(proc, url, log_path)
+        return cls(proc, url, log_path, key)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> list[str]:
-        """Block until /health answers and /v1/models lists a model; returns the served model ids."""
+        """Block until /health answers and /v1/models lists a model; returns the served model ids. The model
+        list is asked for with the API key when vLLM was given one."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
@@ -60,14 +96,81 @@ class Server:
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2):
                     pass
-                models = get_json(f"{self.url}/v1/models")
+                models = get_json(f"{self.url}/v1/models", key=self.key)
                 ids = [m["id"] for m in models.get("data", [])]
                 if ids:
                     return ids
+            except urllib.error.HTTPError as e:
+                if e.code == 401:
+                    raise NemolaunchError(
+                        "vLLM answered 401: it asks for an API key "
+                        + ("and refused the one nemolaunch sent" if self.key else "that nemolaunch was not given"),
+                        "give serve the key vLLM uses: --api-key-file FILE, or $VLLM_API_KEY",
+                    ) from None
             except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
                 pass
             time.sleep(poll_s)
         raise NemolaunchError(f"vLLM did not serve within {timeout_s:.0f} s", f"see {self.log_path}")
+
+    def processes(self) -> dict[int, str]:
+        """pid -> name of the server's process and all its descendants."""
+        try:
+            leader = psutil.Process(self.proc.pid)
+            members = [leader, *leader.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return {}
+        out = {}
+        for p in members:
+            try:
+                out[p.pid] = p.name()
+            except psutil.Error:
+                continue
+        return out
+
+    @staticmethod
+    def listeners(port: int) -> list[tuple[str, int | None]]:
+        """(address, pid) of every TCP socket listening on `port` (pid None where the kernel does not say)."""
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except psutil.AccessDenied:
+            return []
+        found = []
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr[1] == port:
+                found.append((str(c.laddr[0]), c.pid))
+        return found
+
+    def check_ours(self, port: int) -> list[str]:
+        """The addresses this server's processes listen on; an error when another process answers the port
+        and none of ours listens there (a second serve must never report someone else's server)."""
+        self.family = self.processes()
+        found = self.listeners(port)
+        ours = [f"{ip}:{port}" for ip, pid in found if pid in self.family]
+        others = [pid for _, pid in found if pid is not None and pid not in self.family]
+        if not ours and others:
+            try:
+                name = psutil.Process(others[0]).name()
+            except psutil.Error:
+                name = "?"
+            raise NemolaunchError(
+                f"port {port} is answered by another process (pid {others[0]}, {name}), not the vLLM "
+                "nemolaunch started",
+                "stop that server or pick another --port",
+            )
+        return ours
+
+    def dead_child(self) -> tuple[int, str] | None:
+        """(pid, name) of a process of the serving family that has gone while the server still runs."""
+        for pid, name in self.family.items():
+            if pid == self.proc.pid:
+                continue
+            try:
+                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                return pid, name
+        return None
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         return stop_group(self.proc, grace_s)

@@ -127,7 +127,11 @@ def test_serve_warns_about_eager_mode_and_open_binding(tmp_path: Path, capsys: p
     )
     err = capsys.readouterr().err
     assert "--enforce-eager" in err and "3.6x" in err
-    assert "binding 0.0.0.0 without an API key" in err
+    assert err.splitlines()[1] == (
+        "warning: --host 0.0.0.0 = every IPv4 interface of this host: the server is reachable from every network "
+        "this host is on, and it has no API key: anyone who reaches it can use it (give --api-key-file FILE or set "
+        "VLLM_API_KEY, or bind 127.0.0.1)"
+    )
 
 
 def test_verify_reads_flag_equals_value(tmp_path: Path) -> None:
