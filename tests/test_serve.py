@@ -41,13 +41,14 @@ def plan_for(code: str, port: int) -> ServePlan:
 def test_dying_engine_is_diagnosed_live_and_the_log_kept(tmp_path: Path) -> None:
     said: list[str] = []
     log = tmp_path / "vllm.log"
+    (tmp_path / "config.json").write_text("{}")
     with pytest.raises(NemolaunchError) as e:
         run(plan_for(DYING_ENGINE, free_port()), str(tmp_path), log, said.append, None, ready_timeout_s=30)
     assert "exited with code 1" in e.value.message
     assert "FlashInfer's FP8 GEMM" in e.value.message
     assert "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel" in e.value.message
     live = [m for m in said if m.startswith("nemolaunch: [error]")]
-    assert live and "log line 3" in live[0] and 'disabled_kernels = ["FlashInferFP8ScaledMMLinearKernel"]' in live[0]
+    assert live and "log line 4" in live[0] and 'disabled_kernels = ["FlashInferFP8ScaledMMLinearKernel"]' in live[0]
     assert "bmm_fp8_internal_cublaslt" in log.read_text()
 
 
