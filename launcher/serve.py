@@ -365,7 +365,8 @@ def launched(
         watcher.join(timeout=5)
 
     with _sigterm_as_interrupt():
-        header = f"# nemolaunch serve: profile {plan.profile.name}, vLLM {plan.rendered.vllm_version}: {plan.shell()}"
+        command = plan.shell().replace("\n", "\\n")  # one line, whatever argv holds
+        header = f"# nemolaunch serve: profile {plan.profile.name}, vLLM {plan.rendered.vllm_version}: {command}"
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
