@@ -365,8 +365,11 @@ def launched(
         watcher.join(timeout=5)
 
     with _sigterm_as_interrupt():
-        command = plan.shell().replace("\n", "\\n")  # one line, whatever argv holds
-        header = f"# nemolaunch serve: profile {plan.profile.name}, vLLM {plan.rendered.vllm_version}: {command}"
+        # a header without the command: the log is diagnosed line by line, and argv would match the rules
+        header = (
+            f"# nemolaunch serve: profile {plan.profile.name} ({plan.profile.path}), vLLM {plan.rendered.vllm_version}"
+            f", {plan.interpreter.path}, {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"
+        )
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
