@@ -24,6 +24,11 @@ NVML_FAILURES = {
         "reboot (or unload and reload the nvidia modules)",
     ),
     "bindings-missing": ("the nvidia-ml-py bindings are missing", "pip install nvidia-ml-py"),
+    "gpu-lost": (
+        "NVML started, then lost a GPU (it has fallen off the bus)",
+        "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot, and check its power and seating",
+    ),
+    "after-init": ("NVML started, then a call to it failed", "run nvidia-smi to see why; check dmesg for Xid errors"),
 }
 
 

@@ -6,6 +6,7 @@ recorded on a real machine (doctor --json keeps it under "facts") can be judged 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,20 +23,19 @@ import psutil
 
 from checks import child
 from checks.proc import run_child, run_python
+from checks.secrets import redact_env
 
 CHILD_DIR = Path(child.__file__).resolve().parent
 IMPORT_TIMEOUT_S = 120.0
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 ENV_PREFIXES = ("VLLM_", "FLASHINFER_", "CUDA_", "NCCL_", "TORCH_CUDA_ARCH_LIST", "TRITON_", "HF_", "NVIDIA_")
 
 Facts = dict[str, Any]
 
 
 def redact(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment variables that matter to serving, with secret values hidden."""
-    return {
-        k: ("<redacted>" if _SECRET.search(k) else v) for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)
-    }
+    """The environment variables that matter to serving, with secrets hidden: by name (*_TOKEN, *_PASS, *_PWD,
+    *_AUTH, ...) and by value (URL passwords, token shapes): checks.secrets decides."""
+    return redact_env({k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)})
 
 
 def host_facts() -> dict[str, Any]:
@@ -89,8 +89,12 @@ def nvml_facts() -> dict[str, Any]:
         )
         out["gpus"] = [_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
         out["links"] = _links(pynvml, len(out["gpus"]))
+    except pynvml.NVMLError as e:  # after a good init: a GPU fallen off the bus, a driver being unloaded
+        kind = "gpu-lost" if type(e).__name__ == "NVMLError_GpuIsLost" else "after-init"
+        out = {"ok": False, "error_kind": kind, "error": f"{type(e).__name__}: {e}", "fallback": driver_fallback()}
     finally:
-        pynvml.nvmlShutdown()
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
     return out
 
 

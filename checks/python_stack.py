@@ -43,6 +43,17 @@ def check(facts: Facts) -> list[CheckResult]:
     results = [
         CheckResult("stack", "python", "pass", f"Python {stack['python_version']} at {stack['python']}: {shown}")
     ]
+    for bad in stack.get("unreadable_metadata") or []:
+        results.append(
+            CheckResult(
+                "stack.metadata",
+                "python",
+                "warn",
+                f"unreadable package metadata in {bad['path']} ({bad['error']}): that package is not judged",
+                "every *.dist-info/METADATA readable",
+                f"reinstall the package it belongs to, or delete {bad['path']} if nothing uses it",
+            )
+        )
     results.append(_vllm_present(packages))
     results += _vllm_pins(stack)
     results += _flashinfer(packages, (stack.get("torch_build") or {}).get("cuda"), facts["env"])

