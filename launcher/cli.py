@@ -6,7 +6,6 @@ anything heavy.
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -47,15 +46,6 @@ def cli(verbose: bool) -> None:
     _verbose = verbose
 
 
-MARKS = {
-    "pass": ("[ok]", "green"),
-    "warn": ("[!] ", "yellow"),
-    "fail": ("[x] ", "red"),
-    "skip": ("[-] ", None),
-    "crash": ("[!!]", "magenta"),
-}
-
-
 @cli.command()
 @JSON_OPTION
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
@@ -91,25 +81,15 @@ def doctor(
     NVIDIA driver the GPU checks are skipped and doctor says that only the CPU engine can serve there.
     """
     from launcher import doctor as stage
-    from launcher.output import json_document, table
+    from launcher.output import json_document
+    from launcher.views import doctor as view
 
     if list_checks:
-        click.echo(table(["check", "what it looks at"], stage.known_checks()))
+        click.echo(view.render_checks(stage.known_checks()))
         return ExitCode.OK
     ids = [c.strip() for c in only.split(",") if c.strip()] if only else None
     report = stage.run(python, model, lock, ids, use_cache=not no_cache, profile=profile_ref)
-    if as_json:
-        click.echo(json_document("doctor", report.to_json()))
-        return stage.exit_code(report, strict)
-    click.echo(f"engine Python: {report.interpreter.describe()}\n")
-    for r in report.results:
-        mark, colour = MARKS[r.status]
-        click.echo(click.style(mark, fg=colour) + f" {r.id}: {r.observed}")
-        if r.status in ("warn", "fail", "crash") and r.fix:
-            click.echo(f"      fix: {r.fix}")
-    counts = report.counts()
-    tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    click.echo(f"\n{report.verdict()} ({tally}; {report.seconds:.1f} s)")
+    click.echo(json_document("doctor", report.to_json()) if as_json else view.render_report(report, click.style))
     return stage.exit_code(report, strict)
 
 
@@ -205,14 +185,15 @@ def profile() -> None:
 @JSON_OPTION
 def profile_list(as_json: bool) -> int:
     """List the shipped profiles."""
-    from launcher.output import json_document, table
+    from launcher.output import json_document
     from launcher.profiles import list_profiles
+    from launcher.views.profile import profile_json, render_list
 
     profiles = list_profiles()
     if as_json:
-        click.echo(json_document("profile", {"profiles": [p.to_dict() for p in profiles]}))
+        click.echo(json_document("profile", {"profiles": [profile_json(p, None) for p in profiles]}))
     else:
-        click.echo(table(["name", "description"], [(p.name, p.description) for p in profiles]))
+        click.echo(render_list(profiles))
     return ExitCode.OK
 
 
@@ -221,36 +202,16 @@ def profile_list(as_json: bool) -> int:
 @click.option("--vllm-version", help="Also show the flags rendered for this vLLM version.")
 @JSON_OPTION
 def profile_show(name: str, vllm_version: str | None, as_json: bool) -> int:
-    """Show a profile (NAME or a path): each setting, its evidence, and optionally its rendering."""
-    from launcher.output import json_document, table
-    from launcher.profiles import SETTINGS, load_profile
+    """Show a profile (NAME or a path): its interpreter, each setting, its evidence, and optionally its rendering.
+    Secret values read <redacted>."""
+    from launcher.output import json_document
+    from launcher.profiles import load_profile
     from launcher.render import render
+    from launcher.views.profile import profile_json, render_show
 
     prof = load_profile(name)
     rendered = render(prof, vllm_version) if vllm_version else None
-    if as_json:
-        doc = prof.to_dict()
-        if rendered:
-            doc["rendered"] = {
-                "vllm_version": vllm_version,
-                "args": rendered.args,
-                "env": rendered.env,
-                "notes": rendered.notes,
-            }
-        click.echo(json_document("profile", doc))
-        return ExitCode.OK
-    click.echo(f"{prof.name}: {prof.description}\n({prof.path})\n")
-    rows = [(k, json.dumps(v), prof.why.get(k, "")) for k, v in prof.settings.items()]
-    rows += [(f"env {k}", v, "") for k, v in prof.env.items()]
-    click.echo(table(["setting", "value", "why"], rows))
-    unset = [k for k in SETTINGS if k not in prof.settings]
-    click.echo(f"\nleft at vLLM's default: {', '.join(unset)}")
-    if rendered:
-        click.echo(f"\nfor vLLM {vllm_version}: {' '.join(rendered.args)}")
-        for k, v in rendered.env.items():
-            click.echo(f"  {k}={v}")
-        for note in rendered.notes:
-            click.echo(f"  note: {note}")
+    click.echo(json_document("profile", profile_json(prof, rendered)) if as_json else render_show(prof, rendered))
     return ExitCode.OK
 
 
@@ -608,7 +569,8 @@ def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
     """
     from launcher import lock as stage
     from launcher.engine import resolve_python
-    from launcher.output import json_document, table
+    from launcher.output import json_document
+    from launcher.views.lock import render_verify
 
     interpreter = resolve_python(python)
     lock_, mismatches = stage.verify(lockfile, interpreter.path)
@@ -627,15 +589,7 @@ def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
             )
         )
     else:
-        click.echo(f"{lockfile}: {len(lock_.pins)} pins against {interpreter.describe()}")
-        if mismatches:
-            click.echo(table(["kind", "what", "fix"], [(m.kind, m.what, m.fix) for m in mismatches]))
-        click.echo(
-            "matches the lock"
-            if not mismatches
-            else f"{len(failed)} mismatch(es)"
-            + (f", {len(mismatches) - len(failed)} warning(s)" if len(mismatches) > len(failed) else "")
-        )
+        click.echo(render_verify(lockfile, lock_, interpreter, mismatches))
     return ExitCode.PROBLEM if failed else ExitCode.OK
 
 
@@ -796,6 +750,7 @@ def fleet_doctor(address: str, profile_ref: str | None, timeout_s: float, python
     doctor fails, or a node cannot reach the head's port."""
     from launcher import fleet as stage
     from launcher.output import json_document
+    from launcher.views.doctor import MARKS
     from launcher.views.fleet import render_fleet
 
     report = stage.run(address, profile_ref, python, timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,38 @@ def test_a_log_file_that_is_a_symlink_is_refused(
         "(it is a symlink: nemolaunch does not write through one); give another --log-file"
     )
     assert victim.read_text() == "precious\n"
+
+
+def test_profile_show_names_the_interpreter_and_masks_secrets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = profile(
+        tmp_path,
+        'python = "/opt/vllm/bin/python"\n[vllm]\nextra_args = ["--api-key", "sk-planted-0123456789abcdef0123"]\n'
+        '[env]\nHF_TOKEN = "planted-hf"\n',
+    )
+    assert main(["profile", "show", str(path), "--vllm-version", "0.32.0"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[2] == (
+        "python: /opt/vllm/bin/python (serve and --dry-run run this interpreter unless --python or $NEMOLAUNCH_PYTHON)"
+    )
+    assert "for vLLM 0.32.0: --api-key <redacted>" in lines
+    assert "  HF_TOKEN=<redacted>" in lines
+    assert "planted" not in out
+    assert main(["profile", "show", str(path), "--json"]) == 0
+    shown = capsys.readouterr().out
+    doc = json.loads(shown)
+    assert doc["python"] == "/opt/vllm/bin/python" and doc["env"] == {"HF_TOKEN": "<redacted>"}
+    assert "planted" not in shown
+
+
+def test_running_a_profile_named_interpreter_is_said_first(
+    engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = profile(tmp_path, f'python = "{engine_python}"\n[vllm]\nmax_model_len = 2048\n')
+    assert main(["serve", "--profile", str(path), "--model", "/m", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (
+        f"note: running {engine_python}, the interpreter profile p names ({path}), not this one ({sys.executable})"
+    )
