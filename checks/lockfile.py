@@ -23,7 +23,14 @@ from checks.result import CheckResult
 
 
 class LockError(ValueError):
-    """A lock that does not parse: the message names the file and line."""
+    """A lock that does not parse: the message names the file and line; `fix` says what to do."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.fix = message, fix
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.fix}" if self.fix else self.message
 
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;]+)\s*(;.*)?$")
@@ -57,6 +64,20 @@ class Lock:
     requirements: Path
     pins: dict[str, Pin]
     manifest: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """What doctor --json keeps of a lock: enough to judge it again (Lock.from_json), not a repr."""
+        return {
+            "path": str(self.path),
+            "requirements": str(self.requirements),
+            "pins": {n: {"version": p.version, "line": p.line, "hashes": list(p.hashes)} for n, p in self.pins.items()},
+            "manifest": self.manifest,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Lock:
+        pins = {n: Pin(n, p["version"], p["line"], tuple(p["hashes"])) for n, p in doc["pins"].items()}
+        return cls(Path(doc["path"]), Path(doc["requirements"]), pins, doc.get("manifest") or {})
 
 
 def parse_requirements(path: Path) -> dict[str, Pin]:
@@ -220,9 +241,10 @@ def _older(have: str, want: str) -> bool:
 
 
 def check(facts: Facts) -> list[CheckResult]:
-    lock: Lock | None = facts.get("lock")
-    if lock is None:
+    doc: dict[str, Any] | None = facts.get("lock")
+    if doc is None:
         return [CheckResult("lock", "lock", "skip", "no --lock given")]
+    lock = Lock.from_json(doc)
     mismatches = compare_packages(lock, facts["stack"].get("all_packages") or {})
     mismatches += compare_layers(lock, facts["stack"], facts["nvml"])
     failed = [m for m in mismatches if m.severity == "fail"]

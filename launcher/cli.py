@@ -759,7 +759,24 @@ def fleet_doctor(address: str, profile_ref: str | None, timeout_s: float, python
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The one error boundary: expected errors are one line on stderr; tracebacks only with -v."""
+    """The one error boundary: expected errors are one line on stderr; tracebacks only with -v. SIGTERM is
+    Ctrl-C: every command stops its children and exits 130 either way."""
+    import signal
+    import threading
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminated) if in_main else None
+    try:
+        return _main(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="nemolaunch", standalone_mode=False)
         return int(rv or 0)

@@ -80,7 +80,7 @@ def run(
     if lock is not None:
         from launcher.lock import load_or_bad_input
 
-        facts["lock"] = load_or_bad_input(lock)
+        facts["lock"] = load_or_bad_input(lock).to_json()
     return DoctorReport(interpreter, facts, run_checks(facts, only), time.monotonic() - start)
 
 

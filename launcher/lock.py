@@ -5,14 +5,17 @@ bundle a lock's wheels for offline hosts. The format, its parser and the compari
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import tomli_w
 
 from checks.facts import nvml_facts, stack_facts
 from checks.gpu_family import family_from_capability
 from checks.lockfile import Lock, LockError, Mismatch, compare_layers, compare_packages, load
+from checks.proc import run_child
 from launcher.errors import BadInput, NemolaunchError
 from launcher.output import atomic_write_text
 
@@ -21,7 +24,7 @@ def load_or_bad_input(path: Path) -> Lock:
     try:
         return load(path)
     except LockError as e:
-        raise BadInput(str(e)) from None
+        raise BadInput(e.message, e.fix) from None
 
 
 def verify(lock_path: Path, python: Path) -> tuple[Lock, list[Mismatch]]:
@@ -53,7 +56,7 @@ def capture(python: Path, out: Path, name: str, validated: str | None) -> list[s
     txt = base.with_suffix(".txt")
     markers = stack["markers"]
     if uv:
-        r = subprocess.run(
+        r = run_child(
             [
                 uv,
                 "pip",
@@ -71,11 +74,9 @@ def capture(python: Path, out: Path, name: str, validated: str | None) -> list[s
                 str(txt),
                 str(base.with_suffix(".in")),
             ],
-            capture_output=True,
-            text=True,
             timeout=600,
         )
-        if r.returncode != 0:
+        if not r.ok:
             notes.append(
                 f"uv could not hash every pin ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
                 f"{txt.name} has exact pins without hashes"
@@ -86,29 +87,25 @@ def capture(python: Path, out: Path, name: str, validated: str | None) -> list[s
         shutil.copyfile(base.with_suffix(".in"), txt)
     gpus = nvml.get("gpus", []) if nvml.get("ok") else []
     families = sorted({family_from_capability(*g["capability"]) for g in gpus if g.get("capability")})
-    manifest = [
-        "# nemolaunch lock manifest, written by nemolaunch lock capture",
-        "schema = 1",
-        f'name = "{name}"',
-        f'requirements = "{txt.name}"',
-        "",
-        "[python]",
-        f'version = "{markers["python_version"]}"',
-        f'platform = "{markers["sys_platform"]}_{markers["platform_machine"]}"',
-        "",
-        "[host]",
-        f"gpu = {'true' if gpus else 'false'}",
-    ]
+    host: dict[str, Any] = {"gpu": bool(gpus)}
     if gpus:
-        manifest += [
-            f'driver_min = "{nvml["driver"]}"',
-            f'cuda = "{nvml["cuda_driver"]}"',
-            "gpu_families = [" + ", ".join(f'"{f}"' for f in families) + "]",
-        ]
-    manifest += ["", "[validated]", f'on = "{time.strftime("%Y-%m-%d")}"']
+        host.update(driver_min=nvml["driver"], cuda=nvml["cuda_driver"], gpu_families=families)
+    validated_by: dict[str, str] = {"on": time.strftime("%Y-%m-%d")}
     if validated:
-        manifest.append(f'bench = "{validated}"')
-    atomic_write_text(base.with_suffix(".toml"), "\n".join(manifest) + "\n")
+        validated_by["bench"] = validated
+    manifest = {
+        "schema": 1,
+        "name": name,
+        "requirements": txt.name,
+        "python": {
+            "version": markers["python_version"],
+            "platform": f"{markers['sys_platform']}_{markers['platform_machine']}",
+        },
+        "host": host,
+        "validated": validated_by,
+    }
+    header = "# nemolaunch lock manifest, written by nemolaunch lock capture\n"
+    atomic_write_text(base.with_suffix(".toml"), header + tomli_w.dumps(manifest))
     return notes
 
 
@@ -140,8 +137,8 @@ def bundle(lock_path: Path, out: Path) -> str:
     ]
     for p in platforms:
         cmd += ["--platform", p]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
+    r = run_child(cmd, timeout=6 * 3600)  # its own process group: Ctrl-C or SIGTERM here stops pip too
+    if not r.ok:
         last = (r.stderr.strip().splitlines() or ["pip download failed"])[-1]
         raise NemolaunchError(f"downloading the pinned wheels failed: {last}", "check the index is reachable")
     shutil.copyfile(lock.requirements, out / lock.requirements.name)
