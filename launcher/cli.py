@@ -227,14 +227,19 @@ def profile_show(name: str, vllm_version: str | None, as_json: bool) -> int:
 )
 @click.option("--base", help="Start from this profile (name or path); evidence overrides its settings.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Where to write [default: NAME.toml].")
-def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: Path | None) -> int:
+@click.option("--force", is_flag=True, help="Overwrite an existing profile at --out.")
+def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: Path | None, force: bool) -> int:
     """Turn doctor and probe evidence into a profile: the fastest correct kernel per chain, memory that leaves
-    graph-capture headroom, CUDA graphs on, and a why on every setting."""
+    graph-capture headroom, CUDA graphs on, and a why on every setting. An existing file is kept unless --force."""
+    from launcher.errors import BadInput
     from launcher.evidence import load_evidence, write_profile
     from launcher.output import atomic_write_text
-    from launcher.profiles import load_profile
+    from launcher.profiles import check_name, load_profile
 
+    check_name(name)
     out = out or Path(f"{name}.toml")
+    if out.exists() and not force:
+        raise BadInput(f"{out} already exists", "pass --force to overwrite it, or give another --out")
     text = write_profile(name, load_evidence(list(sources)), load_profile(base) if base else None, out)
     atomic_write_text(out, text)
     click.echo(text)

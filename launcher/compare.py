@@ -3,11 +3,11 @@ a noise verdict when runs have repeats, report.md and two PNG plots."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from launcher.documents import read_json, validate_bench
 from launcher.errors import BadInput
 from launcher.output import atomic_write_text, table
 
@@ -15,19 +15,20 @@ WORKLOAD_KEYS = ("model", "endpoint", "input_len", "output_len", "prompts_sha")
 
 
 def load_run(folder: Path) -> dict[str, Any]:
+    """A bench run's summary.json, validated (launcher.documents.BenchSummary): a corrupt one is one line naming
+    the file and the field."""
     path = folder / "summary.json"
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(
-            f"{folder} holds no bench run (no summary.json)", "give folders written by nemolaunch bench"
-        ) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise BadInput(f"cannot read {path}: {e}") from None
+    if not path.is_file():
+        raise BadInput(f"{folder} holds no bench run (no summary.json)", "give folders written by nemolaunch bench")
+    doc = read_json(path, "give folders written by nemolaunch bench")
     if doc.get("schema") != "nemolaunch.bench/1":
-        raise BadInput(f"{path} is not a nemolaunch bench summary (schema {doc.get('schema')!r})")
-    doc["_folder"] = str(folder)
-    return doc
+        raise BadInput(
+            f"{path} is not a nemolaunch bench summary (schema {doc.get('schema')!r})",
+            "give folders written by nemolaunch bench",
+        )
+    run: dict[str, Any] = dict(validate_bench(doc, path))
+    run["_folder"] = str(folder)
+    return run
 
 
 def check_comparable(runs: list[dict[str, Any]], force: bool) -> list[str]:

@@ -6,10 +6,12 @@ Only what was measured becomes a setting, and every setting says why.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
+from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
 from launcher.profiles import ServingProfile, parse_profile
 from launcher.ranking import relative_speed
@@ -51,16 +53,21 @@ MOE_FLAG: dict[str, dict[str, str]] = {
 
 
 def load_evidence(paths: list[Path]) -> dict[str, dict[str, Any]]:
-    """{"doctor": doc, "probe": doc} from --from files, recognised by their schema."""
+    """{"doctor": doc, "probe": doc} from --from files, recognised by their schema and validated (launcher.documents):
+    a malformed report is one line naming the file and the field."""
     found: dict[str, dict[str, Any]] = {}
     for path in paths:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise BadInput(f"cannot read evidence {path}: {e}", "give the --json output of doctor or probe") from None
+        doc = read_json(path, "give the --json output of doctor or probe")
         kind = str(doc.get("schema", "")).removeprefix("nemolaunch.").split("/")[0]
-        if kind not in ("doctor", "probe"):
-            raise BadInput(f"{path} is not a doctor or probe report (schema {doc.get('schema')!r})")
+        if kind == "doctor":
+            validate_doctor(doc, path)
+        elif kind == "probe":
+            validate_probe(doc, path)
+        else:
+            raise BadInput(
+                f"{path} is not a doctor or probe report (schema {doc.get('schema')!r})",
+                "give the --json output of nemolaunch doctor or probe",
+            )
         doc["_path"] = str(path)
         found[kind] = doc
     return found
@@ -197,29 +204,20 @@ def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingP
     for key in settings:
         why.setdefault(key, f"from the base profile {base.name}" if base else "set by hand")
     sources = ", ".join(doc["_path"] for doc in evidence.values())
-    lines = [
+    header = [
         f"# written by nemolaunch profile write from {sources}" + (f" on top of {base.name}" if base else ""),
         *[f"# {note}" for note in notes],
-        "schema = 1",
-        f"description = {json.dumps(f'{name}: written from measured evidence')}",
     ]
+    doc: dict[str, Any] = {"schema": 1, "description": f"{name}: written from measured evidence"}
     if base and base.python:
-        lines.append(f"python = {json.dumps(base.python)}")
-    lines += ["", "[vllm]", *[f"{k} = {_toml(v)}" for k, v in settings.items()]]
+        doc["python"] = base.python
+    doc["vllm"] = settings
     if base and base.env:
-        lines += ["", "[env]", *[f"{k} = {json.dumps(v)}" for k, v in base.env.items()]]
-    lines += ["", "[why]", *[f"{k} = {json.dumps(v)}" for k, v in why.items()]]
-    text = "\n".join(lines) + "\n"
+        doc["env"] = dict(base.env)
+    doc["why"] = why
+    text = "\n".join(line.replace("\n", " ") for line in header) + "\n" + tomli_w.dumps(doc)
     parse_profile(text, out, name)  # what we write must load
     return text
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
-    return json.dumps(value)
 
 
 def rechecked_chains(profile: ServingProfile) -> list[str]:

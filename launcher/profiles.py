@@ -255,6 +255,18 @@ def _placement(table: dict[str, Any] | None, fail: Callable[..., BadInput]) -> P
     return Placement(tuple(nodes), table.get("port", 29500), table.get("ray_port", 6379))
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def check_name(name: str) -> None:
+    """A profile name is a file name: no folder separators, no `..`, nothing that writes outside its folder."""
+    if not _NAME.fullmatch(name) or ".." in name or len(name) > 100:
+        raise BadInput(
+            f"profile name {name!r} is not a plain name",
+            "use letters, digits, '.', '_' and '-' (no '/' or '..'); give --out for another folder",
+        )
+
+
 def profiles_dir() -> Path:
     return data_dir("profiles")
 
