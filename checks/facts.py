@@ -23,6 +23,7 @@ import psutil
 
 from checks import child
 from checks.child.dists import VLLM_DISTRIBUTIONS
+from checks.files import atomic_write_text, cache_dir
 from checks.proc import run_child, run_python
 from checks.secrets import redact_env
 
@@ -279,12 +280,7 @@ def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[s
             sort_keys=True,
         ).encode()
     ).hexdigest()[:16]
-    cache = (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "nemolaunch"
-        / "doctor"
-        / f"{fingerprint}.json"
-    )
+    cache = cache_dir("doctor") / f"{fingerprint}.json"
     if use_cache and cache.is_file():
         return {**json.loads(cache.read_text()), "cached": True}
     packages = stack.get("packages", {})
@@ -301,10 +297,7 @@ def import_facts(python: Path, stack: dict[str, Any], use_cache: bool) -> dict[s
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(pool.map(probe, wanted))
     doc = {"probes": results, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, cache)
+    atomic_write_text(cache, json.dumps(doc))
     return {**doc, "cached": False}
 
 

@@ -13,7 +13,7 @@ import tomli_w
 
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
-from launcher.profiles import ServingProfile, parse_profile
+from launcher.profiles import EAGER_COST, ServingProfile, parse_profile
 from launcher.ranking import relative_speed
 
 MIN_HEADROOM_GIB = 4.0
@@ -190,10 +190,7 @@ def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingP
     settings: dict[str, Any] = dict(base.settings) if base else {}
     why: dict[str, str] = {k: v for k, v in (base.why if base else {}).items() if k in settings}
     settings["cuda_graphs"] = True
-    why["cuda_graphs"] = (
-        "CUDA graphs on: enforce-eager measured 3.6x slower at concurrency 1 in the seed, 5.3x on "
-        "an H200 (2026-11-30); no evidence here demands eager mode"
-    )
+    why["cuda_graphs"] = f"CUDA graphs on: {EAGER_COST}; no evidence here demands eager mode"
     notes: list[str] = []
     if "probe" in evidence:
         found, reasons = probe_settings(evidence["probe"], notes)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from checks import child
+from checks.files import cache_dir
 from checks.proc import ChildResult, run_python
 from launcher.engine import Interpreter
 from launcher.errors import NemolaunchError, NotReady
@@ -17,18 +17,13 @@ from launcher.render import EngineSurface
 SURFACE_SCRIPT = Path(child.__file__).resolve().parent / "vllm_surface.py"
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "nemolaunch" / "surface"
-
-
 def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> EngineSurface:
     """The installed vLLM's version, parser options and env registry. Building the parser imports vLLM
     (seconds), so the answer is cached, keyed by the interpreter and the vLLM install's envs.py stamp."""
     info = _parse(run_python(interpreter.path, SURFACE_SCRIPT, timeout=30), interpreter)
     envs_py = Path(str(info["package_dir"])) / "envs.py"
     stamp = f"{interpreter.path}|{info['version']}|{envs_py.stat().st_mtime_ns}"
-    cache = _cache_dir() / (hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".json")
+    cache = cache_dir("surface") / (hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".json")
     if cache.is_file():
         full = json.loads(cache.read_text())
     else:

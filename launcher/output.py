@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from checks.files import atomic_write_text
+
+__all__ = ["atomic_write_text", "create_exclusive", "json_document", "table"]
 
 
 def json_document(command: str, payload: dict[str, Any]) -> str:
@@ -25,30 +28,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
-
-
-def _umask() -> int:
-    """The process's umask. Python can only read it by setting it, so it is set and put back at once."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, then rename: readers never see half a file. The file
-    gets the mode a plain open() would give it (0666 less the umask), not mkstemp's private 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def create_exclusive(path: Path) -> Path:

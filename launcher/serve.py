@@ -23,7 +23,7 @@ from launcher.diagnose import Matcher, load_rules
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import create_exclusive
-from launcher.profiles import ServingProfile, load_profile
+from launcher.profiles import EAGER_COST, ServingProfile, load_profile
 from launcher.render import Rendered, render, verify
 from launcher.server import Server, last_lines
 from launcher.shapes import launch_args
@@ -188,10 +188,7 @@ def warnings(plan: ServePlan) -> list[str]:
     """Settings known to cost throughput or expose the server."""
     out = []
     if plan.profile.settings.get("cuda_graphs") is False:
-        out.append(
-            "cuda_graphs = false renders --enforce-eager: without CUDA graphs the seed measured 27 tok/s "
-            "instead of 97 at concurrency 1 (3.6x slower); use it only to isolate a capture crash"
-        )
+        out.append(f"cuda_graphs = false: {EAGER_COST}; use it only to isolate a capture crash")
     if not is_loopback(plan.host):
         exposure = (
             f"--host {binds(plan.host)}: the server is reachable from every network this host is on"
