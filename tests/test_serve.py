@@ -50,6 +50,21 @@ def test_dying_engine_is_diagnosed_live_and_the_log_kept(tmp_path: Path) -> None
     live = [m for m in said if m.startswith("nemolaunch: [error]")]
     assert live and "log line 4" in live[0] and 'disabled_kernels = ["FlashInferFP8ScaledMMLinearKernel"]' in live[0]
     assert "bmm_fp8_internal_cublaslt" in log.read_text()
+    assert not _running("EngineCore failed to start")
+
+
+def _running(marker: str) -> list[int]:
+    """pids of this test's descendants whose command line holds `marker` (zombies excluded)."""
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and marker in " ".join(p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 def test_missing_model_path_is_bad_input(tmp_path: Path) -> None:
@@ -126,3 +141,61 @@ def test_live_diagnosis_of_a_real_dead_server_names_the_root_line_and_stage() ->
     assert reason is not None
     assert reason.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header")
     assert "(log line 106, while loading weights)" in reason
+
+
+STAND_IN_SERVER = """
+import http.server, json, subprocess, sys
+core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "stand-in"}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+print("INFO stand-in serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
+"""
+
+
+def test_a_child_killed_while_serving_is_reported_as_its_death(tmp_path: Path) -> None:
+    """The engine core's death (SIGKILL, the OOM killer's way) is the error, not the API server's later noise;
+    afterwards nothing of the family is left running."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+
+    port = free_port()
+    (tmp_path / "config.json").write_text("{}")
+    log = tmp_path / "vllm.log"
+    family: list[psutil.Process] = []
+    names: list[str] = []
+
+    def said(message: str) -> None:
+        if message.startswith("serving"):
+
+            def kill() -> None:
+                leader = next(p for p in psutil.Process().children() if str(port) in " ".join(p.cmdline()))
+                family.extend([leader, *leader.children(recursive=True)])
+                names.append(family[1].name())
+                os.kill(family[1].pid, signal.SIGKILL)
+
+            threading.Thread(target=kill).start()
+
+    with pytest.raises(NemolaunchError) as e:
+        run(
+            plan_for(STAND_IN_SERVER.replace("PORT", str(port)), port),
+            str(tmp_path),
+            log,
+            said,
+            None,
+            ready_timeout_s=60,
+        )
+    core = family[1]
+    assert e.value.line() == (
+        f"vLLM's {names[0]} (pid {core.pid}) died while serving; when the log says nothing, the kernel killed it: "
+        f"the OOM killer does this (check dmesg); the whole log is in {log}"
+    )
+    assert e.value.code == 1
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -196,3 +196,25 @@ def test_running_a_profile_named_interpreter_is_said_first(
     assert err.splitlines()[0] == (
         f"note: running {engine_python}, the interpreter profile p names ({path}), not this one ({sys.executable})"
     )
+
+
+@pytest.mark.parametrize(
+    "setting, line",
+    [
+        ("max_num_seqs = -5", "[vllm].max_num_seqs must be a positive integer, not -5"),
+        ("max_model_len = 0", "[vllm].max_model_len must be a positive integer, not 0"),
+        ("tensor_parallel_size = 0", "[vllm].tensor_parallel_size must be a positive integer, not 0"),
+        ("gpu_memory_utilization = nan", "[vllm].gpu_memory_utilization must be in (0, 1], not nan"),
+        ("gpu_memory_utilization = -inf", "[vllm].gpu_memory_utilization must be in (0, 1], not -inf"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "profile show"])
+def test_absurd_settings_are_refused_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, line: str, command: str
+) -> None:
+    path = profile(tmp_path, f"[vllm]\n{setting}\n")
+    argv = ["serve", "--profile", str(path), *DRY] if command == "serve" else ["profile", "show", str(path)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"nemolaunch: {path}:3: {line}; fix the profile (nemolaunch profile show cpu prints an example)\n"
+    )
