@@ -199,3 +199,29 @@ def test_a_child_killed_while_serving_is_reported_as_its_death(tmp_path: Path) -
     )
     assert e.value.code == 1
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_another_server_answering_the_port_is_never_reported_as_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the port check cannot close (someone binds between the check and vLLM's start): the answers
+    come from another process, so serve refuses instead of saying "serving"."""
+    import os
+
+    import psutil
+
+    from launcher import serve
+    from tests.fake_server import serving
+
+    port = free_port()
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(serve, "check_can_launch", lambda plan, model: None)
+    said: list[str] = []
+    with serving(port), pytest.raises(NemolaunchError) as e:
+        run(plan_for("import time; time.sleep(600)", port), str(tmp_path), tmp_path / "l.log", said.append, None)
+    assert e.value.line() == (
+        f"port {port} is answered by another process (pid {os.getpid()}, {psutil.Process().name()}), not the vLLM "
+        "nemolaunch started; stop that server or pick another --port"
+    )
+    assert not [m for m in said if m.startswith("serving")]
+    assert not _running("time.sleep(600)")
