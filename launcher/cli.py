@@ -6,6 +6,7 @@ anything heavy.
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from pathlib import Path
