@@ -7,11 +7,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from checks import REGISTRY, run_checks
 from checks.facts import Facts, gather
 from checks.result import STATUSES, CheckResult
+from launcher.documents import DoctorDocument
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode
 from launcher.profiles import PARALLEL_SIZES, ServingProfile, load_profile
@@ -36,8 +36,10 @@ class DoctorReport:
             return "no NVIDIA GPU here: this host can serve the CPU engine only (profile cpu)"
         return "ready to serve" + (f", with {c['warn']} warning(s)" if c["warn"] else "")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DoctorDocument:
+        """The document `doctor --json` prints and `profile write` reads (launcher.documents.DoctorDocument)."""
         return {
+            "schema": "nemolaunch.doctor/1",
             "host": self.facts["host"],
             "python": {"path": str(self.interpreter.path), "source": self.interpreter.source},
             "checks": [r.to_json() for r in self.results],

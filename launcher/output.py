@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from checks.files import atomic_write_text
 __all__ = ["atomic_write_text", "create_exclusive", "json_document", "table"]
 
 
-def json_document(command: str, payload: dict[str, Any]) -> str:
+def json_document(command: str, payload: Mapping[str, Any]) -> str:
     """A command's machine output; `schema` comes first so readers can dispatch on it."""
     return json.dumps({"schema": f"nemolaunch.{command}/1", **payload}, indent=2, default=str)
 
