@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from checks import REGISTRY, run_checks
 from checks.facts import Facts, gather

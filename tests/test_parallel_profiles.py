@@ -154,13 +154,15 @@ def test_serve_passes_the_users_nccl_settings_to_vllm(
     class Stop(Exception):
         pass
 
-    def fake_start(argv: list[str], env: dict[str, str], url: str, log: Path) -> None:
+    def fake_start(argv: list[str], env: dict[str, str], url: str, log: Path, *rest: object) -> None:
         seen.update(env)
         raise Stop
 
     monkeypatch.setattr(serve.Server, "start", staticmethod(fake_start))
     for key in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         monkeypatch.setenv(key, "0" if key.startswith("NCCL") else "1")
+    (tmp_path / "config.json").write_text("{}")  # serve checks the model folder before it starts anything
+    (tmp_path / "model.safetensors").write_bytes(b"")
     plan = serve.make_plan(str(write(tmp_path, TWO_NODE_TP_PP)), str(tmp_path), None, "127.0.0.1", 0, "0.26.0", rank)
     with pytest.raises(Stop):
         serve.run(plan, str(tmp_path), tmp_path / "log", say=lambda m: None, echo_log=None)

@@ -203,7 +203,7 @@ def test_running_a_profile_named_interpreter_is_said_first(
     [
         ("max_num_seqs = -5", "[vllm].max_num_seqs must be a positive integer, not -5"),
         ("max_model_len = 0", "[vllm].max_model_len must be a positive integer, not 0"),
-        ("tensor_parallel_size = 0", "[vllm].tensor_parallel_size must be a positive integer, not 0"),
+        ("tensor_parallel_size = 0", "[vllm].tensor_parallel_size must be 1 or more, not 0"),
         ("gpu_memory_utilization = nan", "[vllm].gpu_memory_utilization must be in (0, 1], not nan"),
         ("gpu_memory_utilization = -inf", "[vllm].gpu_memory_utilization must be in (0, 1], not -inf"),
     ],
