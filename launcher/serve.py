@@ -188,7 +188,7 @@ def warnings(plan: ServePlan) -> list[str]:
     """Settings known to cost throughput or expose the server."""
     out = []
     if plan.profile.settings.get("cuda_graphs") is False:
-        out.append(f"cuda_graphs = false: {EAGER_COST}; use it only to isolate a capture crash")
+        out.append(f"cuda_graphs = false renders --enforce-eager: {EAGER_COST}; use it only to isolate a capture crash")
     if not is_loopback(plan.host):
         exposure = (
             f"--host {binds(plan.host)}: the server is reachable from every network this host is on"

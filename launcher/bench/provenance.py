@@ -17,6 +17,7 @@ from checks.secrets import redact_obj
 from launcher import __version__
 from launcher.bench.client import ServerInfo
 from launcher.bench.config import BenchConfig
+from launcher.profiles import EAGER_COST
 
 
 def provenance(cfg: BenchConfig, info: ServerInfo, served: dict[str, Any] | None) -> dict[str, Any]:
@@ -55,8 +56,7 @@ def misconfiguration(cfg: BenchConfig, served: dict[str, Any] | None) -> list[st
     argv = (served or {}).get("argv") or []
     if settings.get("cuda_graphs") is False or "--enforce-eager" in argv:
         warnings.append(
-            "the server runs with --enforce-eager (no CUDA graphs): the seed measured 27 instead of 97 "
-            "tok/s at concurrency 1; this sweep measures the flag, not the model"
+            f"the server runs with --enforce-eager: {EAGER_COST}; this sweep measures the flag, not the model"
         )
     max_seqs = settings.get("max_num_seqs")
     if max_seqs is not None and cfg.concurrency and max(cfg.concurrency) > max_seqs:
