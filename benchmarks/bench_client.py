@@ -33,9 +33,10 @@ VLLM_BENCH = (
 PIN: list[str] = []  # e.g. taskset -c 1: keep both clients off the core the CPU engine computes on
 SAME_PROMPTS = False  # give vllm bench serve nemolaunch's exact prompts instead of its random dataset
 ROUNDS = 1  # A B B A blocks per concurrency
+PROCESSES = 2  # nemolaunch bench --client-processes in the ceiling
 
 
-def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) -> dict[str, float]:
+def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, processes: int = 1) -> dict[str, float]:
     folder = tmp / f"ours-{c}-{len(list(tmp.iterdir()))}"
     subprocess.run(
         [
@@ -60,6 +61,8 @@ def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path) ->
             "2",
             "--out",
             str(folder),
+            "--client-processes",
+            str(processes),
         ],
         check=True,
         capture_output=True,
@@ -176,13 +179,22 @@ def ceiling(args: argparse.Namespace) -> None:
         tmp = Path(t)
         for c in (64, 256):
             with serving(free_port()) as url:
-                a = ours(url, "fake", c, 4 * c, 128, 256, tmp)
-                b = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
-                print(
-                    f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can: "
-                    f"nemolaunch {a['tok_s']:.0f} tok/s, vllm bench serve {b['tok_s']:.0f} tok/s "
-                    f"({a['tok_s'] / b['tok_s']:.2f}x)"
-                )
+                for _ in range(ROUNDS):  # A B B A: nemolaunch (one process, then --client-processes N), vLLM's
+                    a = ours(url, "fake", c, 4 * c, 128, 256, tmp)
+                    a2 = ours(url, "fake", c, 4 * c, 128, 256, tmp, PROCESSES)
+                    b = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
+                    b2 = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
+                    a3 = ours(url, "fake", c, 4 * c, 128, 256, tmp, PROCESSES)
+                    a4 = ours(url, "fake", c, 4 * c, 128, 256, tmp)
+                    one = (a["tok_s"] + a4["tok_s"]) / 2
+                    many = (a2["tok_s"] + a3["tok_s"]) / 2
+                    vl = (b["tok_s"] + b2["tok_s"]) / 2
+                    print(
+                        f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can: "
+                        f"nemolaunch {one:.0f} tok/s ({one / vl:.2f}x), with --client-processes {PROCESSES} "
+                        f"{many:.0f} tok/s ({many / vl:.2f}x), vllm bench serve {vl:.0f} tok/s",
+                        flush=True,
+                    )
         with serving(free_port(), token_delay_s=0.005) as url:
             a = ours(url, "fake", 1, 16, 128, 128, tmp)
             b = theirs(args.engine, url, "fake", args.tokenizer, 1, 16, 128, 128, tmp)
@@ -202,10 +214,12 @@ if __name__ == "__main__":
     parser.add_argument("--tokenizer", default="build/tiny-llama")
     parser.add_argument("--client-cpu", help="run both clients on this CPU (taskset), away from the engine's")
     parser.add_argument("--same-prompts", action="store_true", help="vllm bench serve sends nemolaunch's prompts")
+    parser.add_argument("--client-processes", type=int, default=2, help="ceiling: nemolaunch's second variant")
     parser.add_argument("--rounds", type=int, default=1, help="A B B A blocks per concurrency (more: less noise)")
     args = parser.parse_args()
     if args.client_cpu:
         PIN[:] = ["taskset", "-c", args.client_cpu]
     SAME_PROMPTS = args.same_prompts
     ROUNDS = args.rounds
+    PROCESSES = args.client_processes
     accuracy(args) if args.mode == "accuracy" else ceiling(args)

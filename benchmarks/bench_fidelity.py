@@ -2,10 +2,12 @@
 dataset file both read), warmed up first, interleaved A B B A per level. Prints the per-level ratios last.
 
     python benchmarks/bench_fidelity.py --url URL --engine ENGINE_PY --tokenizer DIR --out DIR \\
-        [--levels 1,16,64,256] [--input-len 256] [--output-len 128] [--blocks 2] [--warmup-passes 2]
+        [--levels 1,16,64,256] [--input-len 256] [--output-len 128] [--blocks 2] [--warmup-passes 2] \\
+        [--budget SECONDS] [--client-processes N]
     python benchmarks/bench_fidelity.py server-cost --url URL --pid API_SERVER_PID --out DIR [--concurrency 64]
 
-The first form writes OUT/fidelity.json and OUT/fidelity.md. ENGINE_PY must import vllm; vLLM's client runs in one
+The first form writes OUT/fidelity.json, OUT/fidelity.md and OUT/nemolaunch-cC.summary.json (the last
+nemolaunch pass at each level, for `nemolaunch roofline`). ENGINE_PY must import vllm; vLLM's client runs in one
 long-lived driver process under it, so vLLM is imported once. nemolaunch runs as `--nemolaunch-python -m launcher
 bench` (default: this interpreter). Ratios are ours / vLLM's per adjacent pair (A1/B1, A2/B2 of each block); the
 spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too.
@@ -135,6 +137,8 @@ def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folde
         "2",
         "--out",
         str(folder),
+        "--client-processes",
+        str(args.client_processes),
     ]
     subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -214,19 +218,30 @@ def fidelity(args: argparse.Namespace) -> None:
     top = max(levels)
     for _ in range(args.warmup_passes):  # a fresh server warms up over its first passes: discard them
         a(top), b(top)
-    rows: dict[int, dict[str, Any]] = {}
-    for c in levels:
-        pairs: list[tuple[dict[str, float], dict[str, float]]] = []
-        for _ in range(args.blocks):
+    pairs: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {c: [] for c in levels}
+    took_block: dict[int, float] = {}
+    skipped = 0
+    for block in range(args.blocks):  # a round over every level per block: a short budget drops whole rounds
+        for c in levels:
+            elapsed = time.monotonic() - started
+            if block and args.budget and elapsed + took_block.get(c, 0.0) > args.budget:
+                skipped += 1
+                continue
+            t0 = time.monotonic()
             a1, b1, b2, a2 = a(c), b(c), b(c), a(c)
-            pairs += [(a1, b1), (a2, b2)]
-        ratio = {k: [x[k] / y[k] for x, y in pairs if y[k]] for k in ("tok_s", "tpot_ms", "ttft_ms")}
+            pairs[c] += [(a1, b1), (a2, b2)]
+            took_block[c] = time.monotonic() - t0
+            last = work / f"ours-{passes}" / "summary.json"
+            (out / f"nemolaunch-c{c}.summary.json").write_text(last.read_text())
+    rows: dict[int, dict[str, Any]] = {}
+    for c, got in pairs.items():
+        ratio = {k: [x[k] / y[k] for x, y in got if y[k]] for k in ("tok_s", "tpot_ms", "ttft_ms")}
         rows[c] = {
-            "pairs": [{"ours": x, "vllm": y} for x, y in pairs],
-            "ratio": {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v)} for k, v in ratio.items()},
+            "pairs": [{"ours": x, "vllm": y} for x, y in got],
+            "ratio": {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v)} for k, v in ratio.items() if v},
             "cpu_us_per_tok": {
-                "ours": statistics.fmean(x["cpu_us_per_tok"] for x, _ in pairs),
-                "vllm": statistics.fmean(y["cpu_us_per_tok"] for _, y in pairs),
+                "ours": statistics.fmean(x["cpu_us_per_tok"] for x, _ in got),
+                "vllm": statistics.fmean(y["cpu_us_per_tok"] for _, y in got),
             },
         }
     client.close()
@@ -237,13 +252,16 @@ def fidelity(args: argparse.Namespace) -> None:
         "input_len": args.input_len,
         "output_len": args.output_len,
         "blocks": args.blocks,
+        "blocks_skipped_for_time": skipped,
+        "client_processes": args.client_processes,
         "warmup_passes": args.warmup_passes,
         "levels": rows,
         "seconds": round(took, 1),
     }
     (out / "fidelity.json").write_text(json.dumps(doc, indent=2))
     lines = [
-        f"nemolaunch / vllm bench serve, {args.input_len} in / {args.output_len} out, A B B A x {args.blocks}, "
+        f"nemolaunch (--client-processes {args.client_processes}) / vllm bench serve, {args.input_len} in / "
+        f"{args.output_len} out, A B B A x {args.blocks} ({skipped} level block(s) dropped for time), "
         f"{args.warmup_passes} warm-up pass(es) each at c={top}, {took:.0f} s",
         "| c | prompts | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | ours tok/s | "
         "vLLM tok/s | client CPU us/tok ours / vLLM |",
@@ -251,6 +269,8 @@ def fidelity(args: argparse.Namespace) -> None:
     ]
     for c, row in rows.items():
         r = row["ratio"]
+        if len(r) < 3:
+            continue
         cells = [f"{r[k]['mean']:.3f} ({r[k]['min']:.3f}-{r[k]['max']:.3f})" for k in ("tok_s", "tpot_ms", "ttft_ms")]
         mine = statistics.fmean(p["ours"]["tok_s"] for p in row["pairs"])
         vl = statistics.fmean(p["vllm"]["tok_s"] for p in row["pairs"])
@@ -330,6 +350,8 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=2)
     parser.add_argument("--warmup-passes", type=int, default=2)
     parser.add_argument("--min-prompts", type=int, default=16)
+    parser.add_argument("--budget", type=float, help="seconds: drop later blocks that would not fit (fidelity)")
+    parser.add_argument("--client-processes", type=int, default=1, help="nemolaunch bench --client-processes")
     parser.add_argument("--pid", type=int, help="the API server's process id (server-cost)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests-per-stream", type=int, default=2)

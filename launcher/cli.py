@@ -387,6 +387,13 @@ def _float_list(text: str) -> tuple[float, ...]:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--request-timeout", default=600.0, show_default=True, help="Seconds per request.")
 @click.option(
+    "--client-processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Spread each concurrency level's streams over this many client processes (hundreds of streams).",
+)
+@click.option(
     "--api-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="The server's API key (first line). Default: $NEMOLAUNCH_API_KEY, then $VLLM_API_KEY. Never written.",
@@ -418,6 +425,7 @@ def bench(
     out: Path | None,
     seed: int,
     request_timeout: float,
+    client_processes: int,
     api_key_file: Path | None,
     python: Path | None,
     as_json: bool,
@@ -472,6 +480,7 @@ def bench(
         seed=seed,
         request_timeout_s=request_timeout,
         api_key=key,
+        client_processes=client_processes,
     )
     if context_lens and not levels:
         cfg_args["concurrency"] = (1,)

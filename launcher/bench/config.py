@@ -11,6 +11,7 @@ from launcher.errors import BadInput
 
 MAX_CONCURRENCY = 16384  # far above any one server's max_num_seqs; beyond it the client itself is the test
 MAX_PROMPTS = 1_000_000
+MAX_CLIENT_PROCESSES = 256
 SLO_METRICS = ("ttft", "tpot", "e2el")  # vLLM bench serve's --goodput names, in milliseconds
 ARRIVALS = ("poisson", "constant", "gamma")
 
@@ -43,6 +44,8 @@ class BenchConfig:
     shared_prefix_len: int = 0  # every prompt starts with the same prefix of this many tokens
     context_lens: tuple[int, ...] = ()  # a context-length sweep: one level per prompt length, at one concurrency
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never written
+    # the client: fixed-concurrency levels spread their streams over this many processes (procs.py)
+    client_processes: int = 1
 
     def prompts_for(self, concurrency: int | None, rate: float | None = None) -> int:
         if self.num_prompts:
@@ -152,6 +155,8 @@ def validate(cfg: BenchConfig) -> None:
             f"--shared-prefix {cfg.shared_prefix_len} must be shorter than the prompt",
             "give a prefix length below --input-len",
         )
+    if not 1 <= cfg.client_processes <= MAX_CLIENT_PROCESSES:
+        raise BadInput(f"--client-processes must be between 1 and {MAX_CLIENT_PROCESSES}")
     if any(n < 1 for n in cfg.context_lens):
         raise BadInput("--context-lens takes positive prompt lengths in tokens")
     if cfg.dataset is not None and (cfg.shared_prefix_len or cfg.context_lens):

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
+from launcher.bench import procs, results
 from launcher.bench import provenance as prov
-from launcher.bench import results
 from launcher.bench.client import RequestRecord, ServerInfo, Target, one_request, server_info
 from launcher.bench.config import BenchConfig, LevelSpec, levels, validate
 from launcher.bench.stats import LevelResult, level_label, summarize
@@ -55,7 +55,7 @@ class Progress:
             self.bar.close()
 
 
-def _length_ok(cfg: BenchConfig, r: RequestRecord) -> bool:
+def length_ok(cfg: BenchConfig, r: RequestRecord) -> bool:
     # chat prompts also carry the chat template's tokens, so only completions can check the prompt length
     prompt_ok = cfg.endpoint == "chat" or r.input_len is None or r.prompt_tokens in (None, r.input_len)
     return prompt_ok and r.completion_tokens in (None, r.output_len) and r.output_tokens == r.output_len
@@ -80,7 +80,7 @@ async def run_level(
         record = RequestRecord(tag, repeat, index, p.input_len, p.output_len, queue_s=queued)
         await one_request(session, target, p.text, record, start, cfg.request_timeout_s, cfg.stall_timeout_s)
         if record.ok:
-            record.length_ok = _length_ok(cfg, record)
+            record.length_ok = length_ok(cfg, record)
         return record
 
     for i in range(cfg.warmup):
@@ -98,7 +98,9 @@ async def run_level(
         progress.step()
 
     try:
-        if spec.request_rate is None:
+        if spec.request_rate is None and cfg.client_processes > 1:
+            start = await procs.run_level_split(cfg, target, spec, prompts, repeat, count, done)
+        elif spec.request_rate is None:
             assert spec.concurrency is not None
             next_index = 0
 
@@ -325,7 +327,7 @@ def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) ->
     if (out / "summary.json").exists():
         raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
     try:
-        outcome = asyncio.run(sweep(cfg, out, served, say))
+        outcome = procs.run_async(sweep(cfg, out, served, say))
     except (KeyboardInterrupt, asyncio.CancelledError):
         doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
         where = doc.get("stopped_at")
@@ -361,7 +363,7 @@ def measure_level(cfg: BenchConfig, spec: LevelSpec | int) -> LevelResult:
             runs = [await run_level(session, target, cfg, spec, pool, r, lambda _: None) for r in range(cfg.repeats)]
             return summarize(spec, runs, dict(cfg.slo_ms), cfg.slo_share)
 
-    return asyncio.run(go())
+    return procs.run_async(go())
 
 
 def run_served(
