@@ -132,12 +132,18 @@ async def one_request(
             done = False
             reader = SSEReader()
             loop = asyncio.get_running_loop()
-            # one deadline per request, pushed back whenever bytes arrive (cheap), rather than a wait_for per line
-            stall = asyncio.timeout(stall_timeout_s)
+            # one deadline per request, rather than a wait_for per line, pushed back only when a tenth of the stall
+            # timeout has passed since the last push (a timer per block is a heap push per chunk): a stall is
+            # reported after between 1 and 1.1 stall timeouts without data
+            slack = stall_timeout_s / 10
+            stall = asyncio.timeout(stall_timeout_s + slack)
+            pushed = loop.time()
             try:
                 async with stall:
                     async for block in resp.content.iter_any():
-                        stall.reschedule(loop.time() + stall_timeout_s)
+                        if (t := loop.time()) - pushed > slack:
+                            stall.reschedule(t + stall_timeout_s + slack)
+                            pushed = t
                         now = time.perf_counter()  # every event in this block arrived now
                         for data in reader.feed(block):
                             if data == DONE:
