@@ -10,7 +10,8 @@ The first form writes OUT/fidelity.json, OUT/fidelity.md and OUT/nemolaunch-cC.s
 nemolaunch pass at each level, for `nemolaunch roofline`). ENGINE_PY must import vllm; vLLM's client runs in one
 long-lived driver process under it, so vLLM is imported once. nemolaunch runs as `--nemolaunch-python -m launcher
 bench` (default: this interpreter). Ratios are ours / vLLM's per adjacent pair (A1/B1, A2/B2 of each block); the
-spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too.
+spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too (nemolaunch's
+whole process, all its client processes, minus its start-up; vLLM's driver process during its run).
 
 `server-cost` measures what continuous usage stats cost the server: the API server process's CPU seconds per
 output token (psutil, that process alone; vLLM's engine core is another process) over passes that ask for
@@ -114,7 +115,21 @@ def make_dataset(url: str, model: str, n: int, inp: int, out: int, path: Path) -
     return path
 
 
+_STARTUP: list[float] = []
+
+
+def startup_cpu(python: str) -> float:
+    """CPU seconds nemolaunch's process spends starting (imports), subtracted from each pass's."""
+    if not _STARTUP:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([python, "-m", "launcher", "bench", "--help"], check=True, capture_output=True, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        _STARTUP.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return _STARTUP[0]
+
+
 def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folder: Path) -> dict[str, float]:
+    startup = startup_cpu(args.nemolaunch_python)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [
         args.nemolaunch_python,
@@ -137,13 +152,12 @@ def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folde
         "2",
         "--out",
         str(folder),
-        "--client-processes",
-        str(args.client_processes),
+        *(["--client-processes", str(args.client_processes)] if args.client_processes else []),
     ]
     subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     level = json.loads((folder / "summary.json").read_text())["levels"][0]
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime - startup
     tokens = level["completed"] * args.output_len
     return {
         "tok_s": level["output_throughput_tok_s"],
@@ -260,11 +274,11 @@ def fidelity(args: argparse.Namespace) -> None:
     }
     (out / "fidelity.json").write_text(json.dumps(doc, indent=2))
     lines = [
-        f"nemolaunch (--client-processes {args.client_processes}) / vllm bench serve, {args.input_len} in / "
+        f"nemolaunch (--client-processes {args.client_processes or 'auto'}) / vllm bench serve, {args.input_len} in / "
         f"{args.output_len} out, A B B A x {args.blocks} ({skipped} level block(s) dropped for time), "
         f"{args.warmup_passes} warm-up pass(es) each at c={top}, {took:.0f} s",
         "| c | prompts | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | ours tok/s | "
-        "vLLM tok/s | client CPU us/tok ours / vLLM |",
+        "vLLM tok/s | client CPU us/tok ours / vLLM (warm-up and prompt loading included) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c, row in rows.items():
@@ -351,7 +365,7 @@ if __name__ == "__main__":
     parser.add_argument("--warmup-passes", type=int, default=2)
     parser.add_argument("--min-prompts", type=int, default=16)
     parser.add_argument("--budget", type=float, help="seconds: drop later blocks that would not fit (fidelity)")
-    parser.add_argument("--client-processes", type=int, default=1, help="nemolaunch bench --client-processes")
+    parser.add_argument("--client-processes", type=int, help="nemolaunch bench --client-processes [its default]")
     parser.add_argument("--pid", type=int, help="the API server's process id (server-cost)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests-per-stream", type=int, default=2)

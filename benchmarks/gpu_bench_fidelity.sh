@@ -6,30 +6,35 @@
 # project's tokenizer padded to it, dummy weights, online FP8; the flags vLLM needs are read from the folder's
 # nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 2 warm-up passes of each client at
 # c=256, then A B B A x 2 at c = 1, 16, 64, 256 (256 in / 128 out, ignore_eos), nemolaunch with
-# --client-processes 4; `nemolaunch roofline` on one nemolaunch pass at each level; server-cost (what continuous
+# its default --client-processes; `nemolaunch roofline` on one nemolaunch pass at each level; server-cost (what continuous
 # usage stats cost the API server) only if time remains.
 # Writes OUTDIR/fidelity.json, fidelity.md, roofline.txt, server.log, fidelity.log (and server-cost.json); prints
 # the ratio table last. Budget: 6 min wall-clock in all (server start 60-150 s; every step has a time limit).
+# For a dry run elsewhere (the CPU engine), these may be changed: PY (runs nemolaunch), ENGINE_PY (imports vLLM),
+# SHAPE_ARGS (extra `model shape` arguments, e.g. --set num_hidden_layers=1), QUANT, LEVELS, IN_LEN, OUT_LEN, BUDGET, SERVER_ARGS.
 set -u
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 export PYTHONUNBUFFERED=1
-budget=360
+PY=${PY:-python3}
+ENGINE_PY=${ENGINE_PY:-python3}
+budget=${BUDGET:-360}
 left() { echo $((budget - SECONDS)); }
 work=$(mktemp -d)
 model=$work/llama-3-8b
-python3 -m launcher model shape llama-3-8b "$model" --quantization fp8 --python python3 >"$out/shape.log" 2>&1 \
+# shellcheck disable=SC2086
+$PY -m launcher model shape llama-3-8b "$model" --quantization "${QUANT:-fp8}" --python "$ENGINE_PY" ${SHAPE_ARGS:-} \
+  >"$out/shape.log" 2>&1 \
   || { cat "$out/shape.log"; exit 1; }
-flags=$(python3 -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['serve_args']))" \
+flags=$($PY -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['serve_args']))" \
   "$model/nemolaunch-shape.json")
 port=8765
 url=http://127.0.0.1:$port
 # shellcheck disable=SC2086  # the recorded flags are words
-python3 -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name llama-3-8b $flags \
-  --max-model-len 2048 --max-num-seqs 256 --gpu-memory-utilization 0.85 \
-  --host 127.0.0.1 --port $port >"$out/server.log" 2>&1 &
+"$ENGINE_PY" -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name llama-3-8b $flags \
+  --max-model-len 2048 --max-num-seqs 256 ${SERVER_ARGS---gpu-memory-utilization 0.85} --host 127.0.0.1 --port $port >"$out/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-ready() { python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=5)" "$url" 2>/dev/null; }
+ready() { $PY -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=5)" "$url" 2>/dev/null; }
 until ready; do
   kill -0 $pid 2>/dev/null || { tail -30 "$out/server.log"; exit 1; }
   [ "$SECONDS" -lt 200 ] || { echo "the server did not start within 200 s" >&2; tail -30 "$out/server.log"; exit 1; }
@@ -39,17 +44,17 @@ echo "server ready after $SECONDS s" >&2
 # what is left minus 25 s for the roofline and the stop; bench_fidelity.py drops the last blocks (never a level)
 # when its own --budget says they would not fit, so the table is always printed
 limit=$(($(left) - 25))
-timeout "$limit" python3 benchmarks/bench_fidelity.py --url "$url" --engine python3 --tokenizer "$model" \
-  --out "$out" --levels 1,16,64,256 --input-len 256 --output-len 128 --blocks 2 --warmup-passes 1 \
-  --min-prompts 8 --budget "$((limit - 10))" --client-processes 4 >"$out/fidelity.log" 2>&1 \
+timeout "$limit" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
+  --out "$out" --levels "${LEVELS:-1,16,64,256}" --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" --blocks 2 --warmup-passes 1 \
+  --min-prompts 8 --budget "$((limit - 10))" >"$out/fidelity.log" 2>&1 \
   || echo "fidelity run failed or ran out of time: see fidelity.log" >&2
 : >"$out/roofline.txt"
 for summary in "$out"/nemolaunch-c*.summary.json; do
   [ -f "$summary" ] || continue
-  timeout 15 python3 -m launcher roofline "$summary" --model "$model" >>"$out/roofline.txt" 2>&1 || true
+  timeout 15 $PY -m launcher roofline "$summary" --model "$model" >>"$out/roofline.txt" 2>&1 || true
 done
 if [ "$(left)" -gt 40 ]; then
-  timeout "$(($(left) - 15))" python3 benchmarks/bench_fidelity.py server-cost --url "$url" --pid $pid --out "$out" \
+  timeout "$(($(left) - 15))" $PY benchmarks/bench_fidelity.py server-cost --url "$url" --pid $pid --out "$out" \
     --concurrency 256 --requests-per-stream 1 --output-len 128 --blocks 1 >"$out/server-cost.log" 2>&1 \
     || echo "server-cost failed or ran out of time" >&2
 fi

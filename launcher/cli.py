@@ -389,9 +389,8 @@ def _float_list(text: str) -> tuple[float, ...]:
 @click.option(
     "--client-processes",
     type=int,
-    default=1,
-    show_default=True,
-    help="Spread each concurrency level's streams over this many client processes (hundreds of streams).",
+    help="Spread each concurrency level's streams over this many client processes [default: one per 128 "
+    "streams, at most one per CPU].",
 )
 @click.option(
     "--api-key-file",
@@ -425,7 +424,7 @@ def bench(
     out: Path | None,
     seed: int,
     request_timeout: float,
-    client_processes: int,
+    client_processes: int | None,
     api_key_file: Path | None,
     python: Path | None,
     as_json: bool,

@@ -29,6 +29,15 @@ def test_streams_are_shared_out_evenly_and_no_worker_is_idle() -> None:
     assert sum(shares(257, 3)) == 257
 
 
+def test_by_default_one_process_per_128_streams_at_most_one_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    auto = BenchConfig(url="http://x")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [auto.processes_for(c) for c in (1, 64, 127, 128, 256, 1024, 4096)] == [1, 1, 1, 1, 2, 8, 16]
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert auto.processes_for(1024) == 2
+    assert BenchConfig(url="http://x", client_processes=3).processes_for(1) == 3
+
+
 def cfg(url: str, processes: int, **kw: object) -> BenchConfig:
     base = {
         "concurrency": (6,),

@@ -4,6 +4,7 @@ sent (absurd values are refused with the limit, not discovered after building mi
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from launcher.errors import BadInput
 MAX_CONCURRENCY = 16384  # far above any one server's max_num_seqs; beyond it the client itself is the test
 MAX_PROMPTS = 1_000_000
 MAX_CLIENT_PROCESSES = 256
+STREAMS_PER_PROCESS = 128  # one Python process keeps up with about this many fast streams (README)
 SLO_METRICS = ("ttft", "tpot", "e2el")  # vLLM bench serve's --goodput names, in milliseconds
 ARRIVALS = ("poisson", "constant", "gamma")
 
@@ -44,8 +46,9 @@ class BenchConfig:
     shared_prefix_len: int = 0  # every prompt starts with the same prefix of this many tokens
     context_lens: tuple[int, ...] = ()  # a context-length sweep: one level per prompt length, at one concurrency
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never written
-    # the client: fixed-concurrency levels spread their streams over this many processes (procs.py)
-    client_processes: int = 1
+    # the client: fixed-concurrency levels spread their streams over this many processes (procs.py); None: one
+    # process per STREAMS_PER_PROCESS streams, at most one per CPU
+    client_processes: int | None = None
 
     def prompts_for(self, concurrency: int | None, rate: float | None = None) -> int:
         if self.num_prompts:
@@ -53,6 +56,11 @@ class BenchConfig:
         if rate is not None:
             return max(8, math.ceil(rate * (self.duration_s or 10)))
         return max(8, 4 * (concurrency or 1))
+
+    def processes_for(self, concurrency: int) -> int:
+        if self.client_processes is not None:
+            return self.client_processes
+        return max(1, min(os.cpu_count() or 1, concurrency // STREAMS_PER_PROCESS))
 
     def burstiness_value(self) -> float:
         return {"poisson": 1.0, "constant": math.inf}.get(self.arrival, self.burstiness)
@@ -155,7 +163,7 @@ def validate(cfg: BenchConfig) -> None:
             f"--shared-prefix {cfg.shared_prefix_len} must be shorter than the prompt",
             "give a prefix length below --input-len",
         )
-    if not 1 <= cfg.client_processes <= MAX_CLIENT_PROCESSES:
+    if cfg.client_processes is not None and not 1 <= cfg.client_processes <= MAX_CLIENT_PROCESSES:
         raise BadInput(f"--client-processes must be between 1 and {MAX_CLIENT_PROCESSES}")
     if any(n < 1 for n in cfg.context_lens):
         raise BadInput("--context-lens takes positive prompt lengths in tokens")

@@ -105,14 +105,14 @@ async def run_level_split(
     count: int,
     done: Callable[[RequestRecord], None],
 ) -> float:
-    """One fixed-concurrency level over cfg.client_processes workers; each finished record goes to `done` as it
-    arrives. Returns the level's start (perf_counter), the same for every worker."""
+    """One fixed-concurrency level over cfg.processes_for(concurrency) workers; each finished record goes to `done`
+    as it arrives. Returns the level's start (perf_counter), the same for every worker."""
     assert spec.concurrency is not None
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
     out: Any = ctx.Queue()
     procs, pipes = [], []
-    for streams in shares(spec.concurrency, cfg.client_processes):
+    for streams in shares(spec.concurrency, cfg.processes_for(spec.concurrency)):
         mine, theirs = ctx.Pipe()
         proc = ctx.Process(
             target=_worker,

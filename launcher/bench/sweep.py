@@ -98,7 +98,7 @@ async def run_level(
         progress.step()
 
     try:
-        if spec.request_rate is None and cfg.client_processes > 1:
+        if spec.request_rate is None and cfg.processes_for(spec.concurrency or 1) > 1:
             start = await procs.run_level_split(cfg, target, spec, prompts, repeat, count, done)
         elif spec.request_rate is None:
             assert spec.concurrency is not None
@@ -188,6 +188,7 @@ def _workload(cfg: BenchConfig, model: str, prompts: dict[int, list[Prompt]]) ->
         "context_lens": list(cfg.context_lens),
         "slo_ms": dict(cfg.slo_ms) or None,
         "slo_share": cfg.slo_share if cfg.slo_ms else None,
+        "client_processes": cfg.client_processes if cfg.client_processes is not None else "auto",
     }
 
 
