@@ -390,7 +390,7 @@ def _float_list(text: str) -> tuple[float, ...]:
     "--client-processes",
     type=int,
     help="Spread each concurrency level's streams over this many client processes [default: one per 128 "
-    "streams, at most one per CPU].",
+    "streams, at most one per 4 CPUs].",
 )
 @click.option(
     "--api-key-file",

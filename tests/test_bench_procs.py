@@ -29,12 +29,12 @@ def test_streams_are_shared_out_evenly_and_no_worker_is_idle() -> None:
     assert sum(shares(257, 3)) == 257
 
 
-def test_by_default_one_process_per_128_streams_at_most_one_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_by_default_one_process_per_128_streams_at_most_one_per_4_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     auto = BenchConfig(url="http://x")
     monkeypatch.setattr("os.cpu_count", lambda: 16)
-    assert [auto.processes_for(c) for c in (1, 64, 127, 128, 256, 1024, 4096)] == [1, 1, 1, 1, 2, 8, 16]
+    assert [auto.processes_for(c) for c in (1, 64, 127, 128, 256, 512, 4096)] == [1, 1, 1, 1, 2, 4, 4]
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert auto.processes_for(1024) == 2
+    assert auto.processes_for(1024) == 1
     assert BenchConfig(url="http://x", client_processes=3).processes_for(1) == 3
 
 
@@ -108,3 +108,12 @@ def test_a_duration_level_stops_every_worker_at_one_deadline(tmp_path: Path, pro
     assert outcome.code == ExitCode.OK and level["completed"] == len(rows) > 6
     assert max(r["start_s"] for r in rows) < 1.0  # nothing was started after the deadline
     assert sorted(r["index"] for r in rows) == list(range(len(rows)))
+
+
+def test_a_log_row_is_the_records_asdict() -> None:
+    from dataclasses import asdict
+
+    from launcher.bench.results import record_row
+
+    r = RequestRecord("c1", 0, 3, 16, 4, ok=True, ttft_s=0.1, e2e_s=0.4, itl_s=[0.1, 0.1, 0.1], output_tokens=4)
+    assert record_row(r) == asdict(r) and list(record_row(r)) == list(asdict(r))

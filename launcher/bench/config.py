@@ -47,7 +47,7 @@ class BenchConfig:
     context_lens: tuple[int, ...] = ()  # a context-length sweep: one level per prompt length, at one concurrency
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never written
     # the client: fixed-concurrency levels spread their streams over this many processes (procs.py); None: one
-    # process per STREAMS_PER_PROCESS streams, at most one per CPU
+    # process per STREAMS_PER_PROCESS streams, at most one per 4 CPUs (the rest are the server's, when it is local)
     client_processes: int | None = None
 
     def prompts_for(self, concurrency: int | None, rate: float | None = None) -> int:
@@ -60,7 +60,7 @@ class BenchConfig:
     def processes_for(self, concurrency: int) -> int:
         if self.client_processes is not None:
             return self.client_processes
-        return max(1, min(os.cpu_count() or 1, concurrency // STREAMS_PER_PROCESS))
+        return max(1, min((os.cpu_count() or 1) // 4, concurrency // STREAMS_PER_PROCESS))
 
     def burstiness_value(self) -> float:
         return {"poisson": 1.0, "constant": math.inf}.get(self.arrival, self.burstiness)

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,15 @@ def write_summary(out: Path, doc: dict[str, Any]) -> None:
     _guarded_write(out / "summary.csv", buf.getvalue())
 
 
+_RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
+
+
+def record_row(record: RequestRecord) -> dict[str, Any]:
+    """A record as its requests.jsonl object: asdict's keys without asdict's deep copy (per request, during the
+    level: a fifth of the client's CPU at c=256 against a fast server)."""
+    return {name: getattr(record, name) for name in _RECORD_FIELDS}
+
+
 class RequestLog:
     """requests.jsonl, one line per finished request, appended with one write each; a failed write is cut back
     to the last whole line before it is reported."""
@@ -93,7 +102,7 @@ class RequestLog:
     def write(self, record: RequestRecord) -> None:
         if self.error is not None:
             return
-        line = (json.dumps(asdict(record)) + "\n").encode()
+        line = (json.dumps(record_row(record)) + "\n").encode()
         try:
             written = os.write(self.fd, line)
             if written != len(line):
