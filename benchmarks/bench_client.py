@@ -4,8 +4,10 @@ python benchmarks/bench_client.py accuracy --url URL --engine ENGINE_PY --model 
     the real vLLM CPU server: output tok/s, mean TTFT and TPOT at concurrency 1 and 8, both tools, run in
     alternating order (A B B A) so that warm-up and drift do not favour one of them
 python benchmarks/bench_client.py ceiling --engine ENGINE_PY --tokenizer DIR
-    a local server that streams as fast as it can (tests/fake_server.py): client-side tok/s at concurrency
-    64 and 256 for both tools, and the TPOT the client adds over a server that sends a token every 5 ms
+    a local server that streams as fast as it can (tests/fake_server.py, its own process): client-side tok/s
+    at concurrency 64 and 256 for both tools (nemolaunch in one process and with --client-processes N), each
+    client's CPU per output token (less sensitive than tok/s to a loaded machine), and the TPOT the client adds
+    over a server that sends a token every 5 ms
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,8 +44,27 @@ ROUNDS = 1  # A B B A blocks per concurrency
 PROCESSES = 2  # nemolaunch bench --client-processes in the ceiling
 
 
+def child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+STARTUP: dict[str, float] = {}
+
+
+def startup(who: str, argv: list[str]) -> float:
+    """CPU seconds a tool's process spends starting (imports, argument parsing), once per tool."""
+    if who not in STARTUP:
+        before = child_cpu()
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+        STARTUP[who] = child_cpu() - before
+    return STARTUP[who]
+
+
 def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, processes: int = 1) -> dict[str, float]:
     folder = tmp / f"ours-{c}-{len(list(tmp.iterdir()))}"
+    base = startup("ours", [sys.executable, "-m", "launcher", "bench", "--help"])
+    cpu = child_cpu()
     subprocess.run(
         [
             *PIN,
@@ -77,6 +100,7 @@ def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, pr
         "tok_s": level["output_throughput_tok_s"],
         "ttft_ms": level["ttft_ms"]["mean"],
         "tpot_ms": level["tpot_ms"]["mean"],
+        "cpu_us_per_tok": (child_cpu() - cpu - base) / ((n + 2) * out) * 1e6,  # the level and its 2 warm-ups
     }
 
 
@@ -101,6 +125,8 @@ def theirs(
     engine: str, url: str, model: str, tokenizer: str, c: int, n: int, inp: int, out: int, tmp: Path
 ) -> dict[str, float]:
     name = f"vllm-{c}-{len(list(tmp.iterdir()))}.json"
+    base = startup("theirs", [engine, "-c", VLLM_BENCH, "--help"])
+    cpu = child_cpu()
     dataset = [
         "--dataset-name",
         "random",
@@ -153,7 +179,14 @@ def theirs(
         capture_output=True,
     )
     r = json.loads((tmp / name).read_text())
-    return {"tok_s": r["output_throughput"], "ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"]}
+    return {
+        "tok_s": r["output_throughput"],
+        "ttft_ms": r["mean_ttft_ms"],
+        "tpot_ms": r["mean_tpot_ms"],
+        # the level and its 2 warm-ups, less the start-up (vLLM's client also loads the tokenizer: a small bias
+        # against it)
+        "cpu_us_per_tok": (child_cpu() - cpu - base) / ((n + 2) * out) * 1e6,
+    }
 
 
 def accuracy(args: argparse.Namespace) -> None:
@@ -208,13 +241,18 @@ def ceiling(args: argparse.Namespace) -> None:
                     b2 = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
                     a3 = ours(url, "fake", c, 4 * c, 128, 256, tmp, PROCESSES)
                     a4 = ours(url, "fake", c, 4 * c, 128, 256, tmp)
-                    one = (a["tok_s"] + a4["tok_s"]) / 2
-                    many = (a2["tok_s"] + a3["tok_s"]) / 2
-                    vl = (b["tok_s"] + b2["tok_s"]) / 2
+
+                    def mean(k: str, *rs: dict[str, float]) -> float:
+                        return sum(r[k] for r in rs) / len(rs)
+
+                    one, many, vl = mean("tok_s", a, a4), mean("tok_s", a2, a3), mean("tok_s", b, b2)
+                    cpu1, cpun, cpuv = (mean("cpu_us_per_tok", *x) for x in ((a, a4), (a2, a3), (b, b2)))
                     print(
-                        f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can: "
-                        f"nemolaunch {one:.0f} tok/s ({one / vl:.2f}x), with --client-processes {PROCESSES} "
-                        f"{many:.0f} tok/s ({many / vl:.2f}x), vllm bench serve {vl:.0f} tok/s",
+                        f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can "
+                        f"(load average {os.getloadavg()[0]:.1f}): nemolaunch {one:.0f} tok/s ({one / vl:.2f}x), "
+                        f"with --client-processes {PROCESSES} {many:.0f} tok/s ({many / vl:.2f}x), vllm bench serve "
+                        f"{vl:.0f} tok/s; client CPU per token {cpu1:.1f} / {cpun:.1f} / {cpuv:.1f} us "
+                        f"({cpuv / cpu1:.2f}x less for nemolaunch in one process)",
                         flush=True,
                     )
         with serving(free_port(), token_delay_s=0.005) as url:
