@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -48,27 +47,8 @@ ROUNDS = 1  # A B B A blocks per concurrency
 PROCESSES = 2  # nemolaunch bench --client-processes in the ceiling
 
 
-def child_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-STARTUP: dict[str, float] = {}
-
-
-def startup(who: str, argv: list[str]) -> float:
-    """CPU seconds a tool's process spends starting (imports, argument parsing), once per tool."""
-    if who not in STARTUP:
-        before = child_cpu()
-        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
-        STARTUP[who] = child_cpu() - before
-    return STARTUP[who]
-
-
 def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, processes: int = 1) -> dict[str, float]:
     folder = tmp / f"ours-{c}-{len(list(tmp.iterdir()))}"
-    base = startup("ours", [sys.executable, "-m", "launcher", "bench", "--help"])
-    cpu = child_cpu()
     subprocess.run(
         [
             *PIN,
@@ -104,9 +84,8 @@ def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, pr
         "tok_s": level["output_throughput_tok_s"],
         "ttft_ms": level["ttft_ms"]["mean"],
         "tpot_ms": level["tpot_ms"]["mean"],
-        # the whole process less its start-up: the level, its 2 warm-ups, and building prompts, report.md and the
-        # plots (a bias against nemolaunch)
-        "cpu_us_per_tok": (child_cpu() - cpu - base) / ((n + 2) * out) * 1e6,
+        # the client's CPU over the level (summary.json: this process and its workers, warm-up excluded)
+        "cpu_us_per_tok": level["client_cpu_s"] / (n * out) * 1e6,
     }
 
 
@@ -189,7 +168,7 @@ def theirs(
         "tok_s": r["output_throughput"],
         "ttft_ms": r["mean_ttft_ms"],
         "tpot_ms": r["mean_tpot_ms"],
-        # main(): the level, its 2 warm-ups and loading the (tiny) tokenizer
+        # main(): the level, its 2 warm-ups and loading the (tiny) tokenizer (a small bias against vLLM's client)
         "cpu_us_per_tok": float(cpu_file.read_text()) / ((n + 2) * out) * 1e6,
     }
 

@@ -11,7 +11,7 @@ nemolaunch pass at each level, for `nemolaunch roofline`). ENGINE_PY must import
 long-lived driver process under it, so vLLM is imported once. nemolaunch runs as `--nemolaunch-python -m launcher
 bench` (default: this interpreter). Ratios are ours / vLLM's per adjacent pair (A1/B1, A2/B2 of each block); the
 spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too (nemolaunch's
-whole process, all its client processes, minus its start-up; vLLM's driver process during its run).
+client_cpu_s of the level, all its client processes; vLLM's driver process during its run, warm-ups included).
 
 `server-cost` measures what continuous usage stats cost the server: the API server process's CPU seconds per
 output token (psutil, that process alone; vLLM's engine core is another process) over passes that ask for
@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -163,7 +164,7 @@ def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folde
         "tok_s": level["output_throughput_tok_s"],
         "tpot_ms": level["tpot_ms"]["mean"],
         "ttft_ms": level["ttft_ms"]["mean"],
-        "cpu_us_per_tok": cpu / max(1, tokens) * 1e6,
+        "cpu_us_per_tok": level.get("client_cpu_s", cpu) / max(1, tokens) * 1e6,
         "failed": level["failed"],
     }
 
@@ -230,25 +231,37 @@ def fidelity(args: argparse.Namespace) -> None:
         return theirs(args, client, model, c, count[c], data[c])
 
     top = max(levels)
-    for _ in range(args.warmup_passes):  # a fresh server warms up over its first passes: discard them
-        a(top), b(top)
     pairs: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {c: [] for c in levels}
     took_block: dict[int, float] = {}
     skipped = 0
-    for block in range(args.blocks):  # a round over every level per block: a short budget drops whole rounds
-        for c in levels:
-            elapsed = time.monotonic() - started
-            if block and args.budget and elapsed + took_block.get(c, 0.0) > args.budget:
-                skipped += 1
-                continue
-            t0 = time.monotonic()
-            a1, b1, b2, a2 = a(c), b(c), b(c), a(c)
-            pairs[c] += [(a1, b1), (a2, b2)]
-            took_block[c] = time.monotonic() - t0
-            last = work / f"ours-{passes}" / "summary.json"
-            (out / f"nemolaunch-c{c}.summary.json").write_text(last.read_text())
+    stopped = False
+
+    def stop(signum: int, frame: object) -> None:
+        raise TimeoutError
+
+    signal.signal(signal.SIGTERM, stop)  # `timeout` ends the run: print what was measured
+    try:
+        for _ in range(args.warmup_passes):  # a fresh server warms up over its first passes: discard them
+            a(top), b(top)
+        for block in range(args.blocks):  # a round over every level per block: a short budget drops whole rounds
+            for c in levels:
+                elapsed = time.monotonic() - started
+                if block and args.budget and elapsed + took_block.get(c, 0.0) > args.budget:
+                    skipped += 1
+                    continue
+                t0 = time.monotonic()
+                a1, b1, b2, a2 = a(c), b(c), b(c), a(c)
+                pairs[c] += [(a1, b1), (a2, b2)]
+                took_block[c] = time.monotonic() - t0
+                last = work / f"ours-{passes}" / "summary.json"
+                (out / f"nemolaunch-c{c}.summary.json").write_text(last.read_text())
+    except TimeoutError:
+        stopped = True
+        client.proc.kill()
     rows: dict[int, dict[str, Any]] = {}
     for c, got in pairs.items():
+        if not got:
+            continue
         ratio = {k: [x[k] / y[k] for x, y in got if y[k]] for k in ("tok_s", "tpot_ms", "ttft_ms")}
         rows[c] = {
             "pairs": [{"ours": x, "vllm": y} for x, y in got],
@@ -258,7 +271,8 @@ def fidelity(args: argparse.Namespace) -> None:
                 "vllm": statistics.fmean(y["cpu_us_per_tok"] for _, y in got),
             },
         }
-    client.close()
+    if not stopped:
+        client.close()
     took = time.monotonic() - started
     doc = {
         "url": args.url,
@@ -267,6 +281,7 @@ def fidelity(args: argparse.Namespace) -> None:
         "output_len": args.output_len,
         "blocks": args.blocks,
         "blocks_skipped_for_time": skipped,
+        "stopped_by_timeout": stopped,
         "client_processes": args.client_processes,
         "warmup_passes": args.warmup_passes,
         "levels": rows,
@@ -275,10 +290,11 @@ def fidelity(args: argparse.Namespace) -> None:
     (out / "fidelity.json").write_text(json.dumps(doc, indent=2))
     lines = [
         f"nemolaunch (--client-processes {args.client_processes or 'auto'}) / vllm bench serve, {args.input_len} in / "
-        f"{args.output_len} out, A B B A x {args.blocks} ({skipped} level block(s) dropped for time), "
+        f"{args.output_len} out, A B B A x {args.blocks} ({skipped} level block(s) dropped for time"
+        f"{', stopped by its time limit' if stopped else ''}), "
         f"{args.warmup_passes} warm-up pass(es) each at c={top}, {took:.0f} s",
         "| c | prompts | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | ours tok/s | "
-        "vLLM tok/s | client CPU us/tok ours / vLLM (warm-up and prompt loading included) |",
+        "vLLM tok/s | client CPU us/tok: ours (the level) / vLLM (its run, with warm-ups) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c, row in rows.items():

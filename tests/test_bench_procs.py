@@ -71,6 +71,8 @@ def test_merged_records_give_the_single_process_statistics(tmp_path: Path) -> No
         assert level[key] == again[key], key
     # 6 streams in 3 processes were in flight together, and the server's 4 ms per token is what both measure
     assert level["achieved_concurrency"] > 4
+    # the workers' CPU is counted: some, and no more than 3 processes could spend over the level
+    assert level["client_cpu_s"] > 0 and level["client_cpu_per_wall_s"] < 3.5
     for lv in (level, one.summary["levels"][0]):
         assert 4.0 <= lv["tpot_ms"]["mean"] < 8.0
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import queue as queue_mod
+import resource
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -88,12 +89,19 @@ def _worker(
                         record.length_ok = length_ok(cfg, record)
                     out.put(record)
 
+            cpu0 = _cpu()
             await asyncio.gather(*(stream() for _ in range(streams)))
+            out.put(("cpu", _cpu() - cpu0))
 
     try:
         run_async(main())
     finally:
         out.put(None)
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 async def run_level_split(
@@ -104,7 +112,7 @@ async def run_level_split(
     repeat: int,
     count: int,
     done: Callable[[RequestRecord], None],
-) -> float:
+) -> tuple[float, float]:
     """One fixed-concurrency level over cfg.processes_for(concurrency) workers; each finished record goes to `done`
     as it arrives. Returns the level's start (perf_counter), the same for every worker."""
     assert spec.concurrency is not None
@@ -124,6 +132,7 @@ async def run_level_split(
         pipes.append(mine)
     loop = asyncio.get_running_loop()
     stop = False
+    cpu: list[float] = []
 
     def receive(until_ready: bool) -> None:
         ready = finished = 0
@@ -138,6 +147,8 @@ async def run_level_split(
                 ready += 1
                 if until_ready and ready == len(procs):
                     return
+            elif isinstance(item, tuple):
+                cpu.append(item[1])
             elif item is None:
                 finished += 1
                 if finished == len(procs):
@@ -153,7 +164,7 @@ async def run_level_split(
             pipe.send((start, deadline))
         await loop.run_in_executor(None, receive, False)
         await asyncio.sleep(0)  # the records handed over with call_soon_threadsafe run first
-        return start
+        return start, sum(cpu)
     finally:
         stop = True
         for proc in procs:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -69,10 +70,12 @@ async def run_level(
     prompts: list[Prompt],
     repeat: int,
     sink: Callable[[RequestRecord], None],
+    cpu: list[float] | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Warm-up requests (not recorded), then the level: `concurrency` workers taking prompts in turn, or, with a
     request rate, requests sent at their arrival times with at most `concurrency` in flight. Returns the records and
-    the level's wall time (first request sent to last token received)."""
+    the level's wall time (first request sent to last token received). `cpu` gets the client's CPU seconds over
+    the level (this process and its workers' streams), warm-up excluded."""
     tag = spec.tag
 
     async def send(index: int, start: float, queued: float = 0.0) -> RequestRecord:
@@ -86,6 +89,7 @@ async def run_level(
     for i in range(cfg.warmup):
         await send(i, time.perf_counter())
     count = cfg.prompts_for(spec.concurrency, spec.request_rate)
+    cpu0, worker_cpu = _client_cpu(), 0.0
     records: list[RequestRecord] = []
     timed = cfg.duration_s is not None and spec.request_rate is None
     progress = Progress(0 if timed else count, level_label(spec.__dict__))
@@ -99,7 +103,7 @@ async def run_level(
 
     try:
         if spec.request_rate is None and cfg.processes_for(spec.concurrency or 1) > 1:
-            start = await procs.run_level_split(cfg, target, spec, prompts, repeat, count, done)
+            start, worker_cpu = await procs.run_level_split(cfg, target, spec, prompts, repeat, count, done)
         elif spec.request_rate is None:
             assert spec.concurrency is not None
             next_index = 0
@@ -134,9 +138,17 @@ async def run_level(
             await asyncio.gather(*tasks)
     finally:
         progress.close()
+    if cpu is not None:
+        cpu.append(_client_cpu() - cpu0 + worker_cpu)
     ends = [r.start_s + (r.e2e_s or 0) for r in records if r.ok]
     wall = max(ends) if ends else time.perf_counter() - start
     return records, wall
+
+
+def _client_cpu() -> float:
+    """CPU seconds of this process (worker processes report their own, start-up excluded)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 async def build_prompts(
@@ -248,16 +260,24 @@ async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say
             for spec in specs:
                 pool = prompts[spec.input_len] if cfg.dataset is None else prompts[cfg.input_len]
                 runs: list[tuple[list[RequestRecord], float]] = []
+                cpu: list[float] = []
                 try:
                     for repeat in range(cfg.repeats):
-                        runs.append(await run_level(session, target, cfg, spec, pool, repeat, log.write))
+                        runs.append(await run_level(session, target, cfg, spec, pool, repeat, log.write, cpu))
                 except asyncio.CancelledError:
                     doc["status"], doc["stopped_at"] = "interrupted", spec.__dict__.copy()
                     results.write_summary(out, doc)
                     raise
                 level = summarize(spec, runs, dict(cfg.slo_ms), cfg.slo_share)
                 done.append(level)
-                doc["levels"].append(results.level_document(level))
+                wall = sum(w for _, w in runs)
+                doc["levels"].append(
+                    {  # the client's own CPU over the level: near 1 per process, the client was the bottleneck
+                        **results.level_document(level),
+                        "client_cpu_s": round(sum(cpu), 3),
+                        "client_cpu_per_wall_s": round(sum(cpu) / wall, 3) if wall > 0 else None,
+                    }
+                )
                 name = level_label(level, with_input=bool(cfg.context_lens))
                 good = (
                     f", {level.goodput.share:.0%} within SLO"
