@@ -207,6 +207,7 @@ def theirs(args: argparse.Namespace, client: VllmClient, model: str, c: int, n: 
 
 
 def fidelity(args: argparse.Namespace) -> None:
+    started = time.monotonic()  # --budget counts from here: building the prompts and starting vLLM's client too
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
@@ -219,7 +220,6 @@ def fidelity(args: argparse.Namespace) -> None:
         for c in levels
     }
     client = VllmClient(args.engine)
-    started = time.monotonic()
     passes = 0
 
     def a(c: int) -> dict[str, float]:
