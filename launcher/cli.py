@@ -514,6 +514,103 @@ def bench(
 
 
 @cli.command()
+@click.option("--model", required=True, help="The model folder both sides serve.")
+@click.option("--a", "a_ref", help="Profile of side A, the baseline (name or path).")
+@click.option("--b", "b_ref", help="Profile of side B.")
+@click.option("--set-a", multiple=True, metavar="KEY=VALUE", help="Override a [vllm] setting of A (repeatable).")
+@click.option("--set-b", multiple=True, metavar="KEY=VALUE", help="Override a [vllm] setting of B (repeatable).")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="NAME=PROFILE[,KEY=VALUE...]",
+    help="More configurations (or instead of --a/--b); the first given is the baseline.",
+)
+@click.option("--concurrency", default="1,8,32", show_default=True, help="Levels, comma-separated.")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
+@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
+@click.option(
+    "--warmup-passes", default=1, show_default=True, type=click.IntRange(0), help="Unmeasured passes per server start."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "co-resident", "restart"]),
+    default="auto",
+    show_default=True,
+    help="co-resident: all servers up at once, each its share of memory; restart: one server at a time.",
+)
+@click.option("--calibrate", is_flag=True, help="Also run A against itself (A/A) to measure the noise floor.")
+@click.option("--noise-floor", help="A stored floor: a fraction (0.03) or the ab.json of a calibrated run.")
+@click.option("--no-same-answers", is_flag=True, help="Skip the greedy same-answers check.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: ab-results/ab-<time>].")
+@PYTHON_OPTION
+@JSON_OPTION
+def ab(
+    model: str,
+    a_ref: str | None,
+    b_ref: str | None,
+    set_a: tuple[str, ...],
+    set_b: tuple[str, ...],
+    configs: tuple[str, ...],
+    concurrency: str,
+    rounds: int,
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None,
+    warmup: int,
+    warmup_passes: int,
+    mode: str,
+    calibrate: bool,
+    noise_floor: str | None,
+    no_same_answers: bool,
+    out: Path | None,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Is B faster than A here? Interleaved ABBA rounds of bench passes, a verdict per level against the noise.
+
+    Writes OUT/ab.json (schema nemolaunch.ab/1), report.md, ratios.png and every pass as a bench folder under
+    OUT/passes/. Ctrl-C keeps the completed rounds (exit 130). Exit 1 when a configuration cannot serve.
+    """
+    import time
+
+    from launcher import ab as stage
+    from launcher.output import json_document
+    from launcher.views.ab import ab_text
+
+    sides = stage.sides_from_options(a_ref, b_ref, set_a, set_b, configs)
+    floor, source = stage.load_noise_floor(noise_floor) if noise_floor else (None, None)
+    cfg = stage.AbConfig(
+        model=model,
+        sides=sides,
+        concurrency=_int_list(concurrency),
+        rounds=rounds,
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        warmup_requests=warmup,
+        warmup_passes=warmup_passes,
+        mode=mode,  # type: ignore[arg-type]
+        calibrate=calibrate,
+        noise_floor=floor,
+        noise_floor_source=source,
+        python=python,
+        same_answers=not no_same_answers,
+    )
+    out = out or Path("ab-results") / time.strftime("ab-%Y%m%d-%H%M%S")
+    outcome = stage.run_ab(cfg, out, say=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json_document("ab", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+    else:
+        click.echo(ab_text(outcome.doc))
+    click.echo(f"nemolaunch: {outcome.message}; results: {out}/ab.json, report.md", err=True)
+    return outcome.code
+
+
+@cli.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--out",

@@ -41,6 +41,7 @@ SETTINGS: dict[str, tuple[type, str]] = {
     "moe_backend": (str, "MoE kernel backend: marlin, cutlass, flashinfer_cutlass, triton, ..."),
     "disabled_kernels": (list, "linear kernel classes vLLM must not select"),
     "max_num_seqs": (int, "most sequences in one batch"),
+    "max_num_batched_tokens": (int, "most tokens in one scheduler step (prefill chunk budget)"),
     "max_model_len": (int, "context length"),
     "tensor_parallel_size": (int, "GPUs per pipeline stage (attention heads are split across them)"),
     "pipeline_parallel_size": (int, "pipeline stages (layers are split across them; usually one per node)"),
@@ -63,6 +64,7 @@ TOP_LEVEL = {
     "env": dict,
     "why": dict,
     "placement": dict,
+    "tuned": dict,  # written by `nemolaunch tune`: the stack and workload it was tuned on (see launcher/tunestack.py)
 }
 PARALLEL_SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local")
 BACKENDS = {"distributed_executor_backend": ("mp", "ray"), "data_parallel_backend": ("mp", "ray")}
@@ -105,6 +107,7 @@ class ServingProfile:
     env: dict[str, str] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)
     placement: Placement | None = None
+    tuned: dict[str, Any] = field(default_factory=dict)
 
     def parallel(self, setting: str) -> int:
         """A parallel size, 1 when the profile leaves it out."""
@@ -126,6 +129,7 @@ class ServingProfile:
                 "port": self.placement.port,
                 "ray_port": self.placement.ray_port,
             },
+            "tuned": self.tuned,
         }
 
 
@@ -235,6 +239,7 @@ def parse_profile(text: str, path: Path, name: str | None = None) -> ServingProf
         env=data.get("env", {}),
         why=data.get("why", {}),
         placement=placement,
+        tuned=data.get("tuned", {}),
     )
 
 

@@ -127,6 +127,7 @@ TRANSLATIONS: tuple[Translation, ...] = (
     Translation("moe_backend", _moe_fp4_env, until="0.17.0", evidence="seed: VLLM_USE_FLASHINFER_MOE_FP4=0 on 0.16.1"),
     Translation("disabled_kernels", _env("VLLM_DISABLED_KERNELS", ",".join)),
     Translation("max_num_seqs", _flag("--max-num-seqs")),
+    Translation("max_num_batched_tokens", _flag("--max-num-batched-tokens")),
     Translation("max_model_len", _flag("--max-model-len")),
     Translation("tensor_parallel_size", _flag("--tensor-parallel-size")),
     Translation("pipeline_parallel_size", _flag("--pipeline-parallel-size")),

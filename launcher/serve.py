@@ -136,7 +136,7 @@ class ServePlan:
 
 
 def make_plan(
-    profile_ref: str,
+    profile_ref: str | ServingProfile,
     model: str,
     python: Path | None,
     host: str,
@@ -146,12 +146,12 @@ def make_plan(
     api_key_file: Path | None = None,
     say: Say | None = None,
 ) -> ServePlan:
-    """Render the profile (for a multi-node profile: node `node_rank`'s part); for the installed vLLM (no
-    --vllm-version) also verify every flag and variable. Before running an interpreter the profile names (to read
-    its parser), `say` is told so."""
+    """Render the profile (a name, a path, or a profile already loaded, e.g. with overrides; for a multi-node
+    profile: node `node_rank`'s part); for the installed vLLM (no --vllm-version) also verify every flag and
+    variable. Before running an interpreter the profile names (to read its parser), `say` is told so."""
     from launcher.introspect import engine_surface
 
-    profile = load_profile(profile_ref)
+    profile = profile_ref if isinstance(profile_ref, ServingProfile) else load_profile(profile_ref)
     interpreter = resolve_python(python, profile.python)
     if vllm_version:
         rendered, verified = render(profile, vllm_version, node_rank), False
