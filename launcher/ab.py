@@ -528,13 +528,12 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
         say(f"{name}: cannot start: {e.message}")
         run.write()
         return None
-    if not fresh:
-        return up
     st.status, st.served = "ok", up.info
-    st.startups_s.append(round(up.startup_s, 1))
-    start = len(st.startups_s)
-    for k in range(run.cfg.warmup_passes):
-        _bench_pass(run, up, run.out / "passes" / f"warmup-{name}-{start}-{k + 1}", f"{name}-warmup", say)
+    if fresh:  # a server another run started (tune's pool) is warm already
+        st.startups_s.append(round(up.startup_s, 1))
+        start = len(st.startups_s)
+        for k in range(run.cfg.warmup_passes):
+            _bench_pass(run, up, run.out / "passes" / f"warmup-{name}-{start}-{k + 1}", f"{name}-warmup", say)
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
             st.answers = greedy_answers(up.url, up.served_model)

@@ -61,7 +61,8 @@ def cli(verbose: bool) -> None:
 @click.option(
     "--profile",
     "profile_ref",
-    help="A serving profile: check its tensor/pipeline/data parallel sizes against --model and the GPUs.",
+    help="A serving profile: check its tensor/pipeline/data parallel sizes against --model and the GPUs, and a "
+    "tuned profile's stack against the installed one.",
 )
 @click.option("--no-cache", is_flag=True, help="Re-run the import probes even if nothing changed.")
 @PYTHON_OPTION
@@ -607,6 +608,81 @@ def ab(
     else:
         click.echo(ab_text(outcome.doc))
     click.echo(f"nemolaunch: {outcome.message}; results: {out}/ab.json, report.md", err=True)
+    return outcome.code
+
+
+@cli.command()
+@click.option("--model", required=True, help="The model folder to tune for.")
+@click.option("--base", default="cpu", show_default=True, help="The profile to start from (name or path).")
+@click.option("--budget", "budget_min", default=30.0, show_default=True, type=click.FloatRange(min=1), help="Minutes.")
+@click.option("--concurrency", default="1,8,32", show_default=True, help="Levels, comma-separated.")
+@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
+@click.option(
+    "--knobs",
+    help="What to search, comma-separated [default: probe, cuda_graphs, gpu_memory_utilization, max_num_seqs, "
+    "max_num_batched_tokens, async_scheduling, kv_cache_dtype].",
+)
+@click.option(
+    "--from",
+    "probe_json",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A probe report (probe --json): its close calls and faster kernels become candidates.",
+)
+@click.option("--name", help="The tuned profile's name [default: BASE-tuned].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: tune-results/tune-<time>].")
+@PYTHON_OPTION
+@JSON_OPTION
+def tune(
+    model: str,
+    base: str,
+    budget_min: float,
+    concurrency: str,
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None,
+    rounds: int,
+    knobs: str | None,
+    probe_json: Path | None,
+    name: str | None,
+    out: Path | None,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Search serving settings end to end (screen, then interleaved ab of finalists) and write the winner.
+
+    Writes OUT/NAME.toml (the tuned profile, [why] citing ab verdicts, [tuned] the stack and workload),
+    OUT/tune.json and every trial's ab folder. Rerun the same command with the same --out to resume.
+    """
+    import time
+
+    from launcher import tune as stage
+    from launcher.output import json_document
+    from launcher.views.ab import tune_text
+
+    cfg = stage.TuneConfig(
+        model=model,
+        base=base,
+        budget_min=budget_min,
+        concurrency=_int_list(concurrency),
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        rounds=rounds,
+        knobs=tuple(k.strip() for k in knobs.split(",") if k.strip()) if knobs else stage.KNOBS,
+        probe=probe_json,
+        python=python,
+        name=name,
+    )
+    out = out or Path("tune-results") / time.strftime("tune-%Y%m%d-%H%M%S")
+    outcome = stage.run_tune(cfg, out, say=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json_document("tune", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+    else:
+        click.echo(tune_text(outcome.doc))
+    click.echo(f"nemolaunch: {outcome.message}", err=True)
     return outcome.code
 
 

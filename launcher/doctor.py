@@ -84,7 +84,26 @@ def run(
         from launcher.lock import load_or_bad_input
 
         facts["lock"] = load_or_bad_input(lock).to_json()
-    return DoctorReport(interpreter, facts, run_checks(facts, only), time.monotonic() - start)
+    results = run_checks(facts, only)
+    if profile:
+        results.append(tuned_stack_check(profile, interpreter.path))
+    return DoctorReport(interpreter, facts, results, time.monotonic() - start)
+
+
+def tuned_stack_check(profile_ref: str, python: Path) -> CheckResult:
+    """A tuned profile against the installed stack (the stack it was tuned on is in its [tuned] table)."""
+    from launcher.profiles import load_profile
+    from launcher.tunestack import current_stack, stale
+
+    profile = load_profile(profile_ref)
+    if not profile.tuned.get("stack"):
+        return CheckResult("profile-stack", "profile", "skip", f"profile {profile.name} was not tuned here")
+    drift = stale(profile, current_stack(python))
+    if drift:
+        return CheckResult(
+            "profile-stack", "profile", "warn", drift, "the stack it was tuned on", str(profile.tuned.get("revalidate"))
+        )
+    return CheckResult("profile-stack", "profile", "pass", f"profile {profile.name} was tuned on this stack")
 
 
 def exit_code(report: DoctorReport, strict: bool) -> int:

@@ -202,6 +202,12 @@ def warnings(plan: ServePlan) -> list[str]:
             )
         out.append(exposure)
     out += plan.rendered.notes
+    if plan.profile.tuned:  # only a tuned profile pays for reading the stack
+        from launcher.tunestack import current_stack, stale
+
+        drift = stale(plan.profile, current_stack(plan.interpreter.path))
+        if drift:
+            out.append(drift)
     return out
 
 
