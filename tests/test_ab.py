@@ -1,0 +1,109 @@
+"""`nemolaunch ab` and `tune` without an engine: option parsing, block order, answers agreement, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher import ab
+from launcher.cli import main
+from launcher.errors import BadInput
+from launcher.profiles import load_profile
+from launcher.tunestack import stale
+
+
+def test_block_order_is_balanced_and_alternates() -> None:
+    assert ab.block_order(["A", "B"], 0) == ["A", "B", "B", "A"]
+    assert ab.block_order(["A", "B"], 1) == ["B", "A", "A", "B"]
+    assert ab.block_order(["A", "B", "C"], 0) == ["A", "B", "C", "C", "B", "A"]
+
+
+def test_config_and_set_parsing_reads_toml_values() -> None:
+    side = ab.parse_config("slow=cpu,max_num_seqs=1,cuda_graphs=false")
+    assert side == ab.Side("slow", "cpu", {"max_num_seqs": 1, "cuda_graphs": False})
+    assert ab.parse_sets(["kv_cache_dtype=fp8", 'disabled_kernels=["X"]'], "--set-b") == {
+        "kv_cache_dtype": "fp8",
+        "disabled_kernels": ["X"],
+    }
+    assert ab.side_profile(side).settings["max_num_seqs"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--a", "cpu"], "give both --a and --b", id="a-without-b"),
+        pytest.param(["--config", "x"], "is not NAME=PROFILE", id="bad-config"),
+        pytest.param(["--a", "cpu", "--b", "cpu", "--set-b", "max_num_seqs"], "is not KEY=VALUE", id="bad-set"),
+        pytest.param(
+            ["--a", "cpu", "--b", "cpu", "--set-b", "max_num_seqs=lots"], "max_num_seqs must be", id="mistyped"
+        ),
+        pytest.param(["--a", "cpu", "--b", "cpu", "--set-b", "warp_speed=9"], "unknown setting", id="unknown-key"),
+        pytest.param(["--a", "cpu", "--b", "nosuch"], "no profile named 'nosuch'", id="no-profile"),
+        pytest.param(["--config", "x=cpu"], "at least two configurations", id="one-side"),
+        pytest.param(["--a", "cpu", "--b", "cpu", "--noise-floor", "7"], "not a fraction", id="bad-floor"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["ab", "--model", str(tmp_path), "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "ab.json").exists()  # nothing started, nothing written
+
+
+def test_agreement_finds_the_first_divergence() -> None:
+    same = ab.agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]])
+    assert same["identical"] == 2 and same["token_agreement"] == 1.0
+    assert same["text"] == "same answers: 2/2 greedy completions identical"
+    diff = ab.agreement([[1, 2, 3, 4], [4, 5]], [[1, 2, 9, 9], [4, 5]])
+    assert diff["first_divergence"] == [2, None]
+    assert diff["token_agreement"] == pytest.approx(4 / 6, abs=1e-3)
+    assert diff["text"].startswith("different answers: 1/2 identical")
+
+
+def test_dummy_weights_are_recognised() -> None:
+    assert ab.dummy_weights(["python", "-m", "x", "--load-format", "dummy"])
+    assert ab.dummy_weights(["--load-format=dummy"])
+    assert not ab.dummy_weights(["--load-format", "safetensors"])
+
+
+def test_auto_mode_restarts_when_memory_is_what_is_compared() -> None:
+    cfg = ab.AbConfig("m", (ab.Side("A", "sm90"), ab.Side("B", "sm90", {"gpu_memory_utilization": 0.92})))
+    assert ab.choose_mode(cfg)[0] == "restart"
+    cfg2 = ab.AbConfig("m", (ab.Side("A", "sm90"), ab.Side("B", "sm90", {"cuda_graphs": False})))
+    assert ab.choose_mode(cfg2)[0] == "co-resident"
+
+
+def test_stored_noise_floor_from_a_calibrated_ab_json(tmp_path: Path) -> None:
+    doc = {
+        "schema": "nemolaunch.ab/1",
+        "noise_floor": {
+            "source": "calibrated (A/A this run)",
+            "levels": {"8": {"output_tok_s": 0.04, "tpot_ms": None}},
+        },
+    }
+    (tmp_path / "ab.json").write_text(json.dumps(doc))
+    floors, source = ab.load_noise_floor(str(tmp_path / "ab.json"))
+    assert floors == {8: {"output_tok_s": 0.04}} and source == str(tmp_path / "ab.json")
+    (tmp_path / "x.json").write_text(json.dumps({**doc, "noise_floor": {"source": "not measured", "levels": {}}}))
+    with pytest.raises(BadInput, match=r"not an ab\.json of a calibrated run"):
+        ab.load_noise_floor(str(tmp_path / "x.json"))
+
+
+def test_a_tuned_profile_goes_stale_when_the_stack_changes(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'schema = 1\n[vllm]\nmax_num_seqs = 8\n[tuned]\nrevalidate = "nemolaunch ab --a cpu --b t.toml"\n'
+        '[tuned.stack]\ngpu = "NVIDIA H200"\ndriver = "580.159.04"\ncuda = "13.0"\nvllm = "0.26.0"\n'
+        'flashinfer = "0.6.14"\ntorch = "2.11.0"\n'
+    )
+    profile = load_profile(str(path))
+    now = {"gpu": "NVIDIA H200", "driver": "580.159.04", "cuda": "13.0", "vllm": "0.26.0", "flashinfer": "0.6.14"}
+    assert stale(profile, {**now, "torch": "2.11.0"}) is None
+    warning = stale(profile, {**now, "torch": "2.12.0"})
+    assert warning is not None
+    assert "torch 2.11.0 -> 2.12.0" in warning and warning.endswith("nemolaunch ab --a cpu --b t.toml")
