@@ -1,5 +1,5 @@
 """`nemolaunch ab` and `tune` on the real vLLM CPU engine with the tiny model: short passes, two rounds, servers
-shared per run. Three runs in all: slow vs fast with a calibration, an A/A with an infeasible side stopped by
+shared per run (about 4 minutes each here). Three runs in all: slow vs fast with a calibration, an A/A with an infeasible side stopped by
 SIGINT, and a tune with a tiny budget."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def slow_vs_fast(
             "fast=cpu",
             "--calibrate",
             "--rounds",
-            "2",
+            "4",
             *WORKLOAD,
             "--out",
             str(out),
@@ -55,7 +55,7 @@ def test_max_num_seqs_1_at_concurrency_8_is_slower_outside_the_noise(
 ) -> None:
     code, doc, _ = slow_vs_fast
     assert code == 0
-    assert doc["mode"] == "co-resident" and doc["status"] == "complete" and len(doc["rounds"]) == 2
+    assert doc["mode"] == "co-resident" and doc["status"] == "complete" and len(doc["rounds"]) == 4
     verdict = doc["verdicts"]["fast"]["8"]["output_tok_s"]
     assert verdict["kind"] == "better", verdict["text"]
     assert verdict["text"].startswith("fast faster by")
@@ -84,7 +84,7 @@ def test_every_pass_is_a_bench_result_and_the_report_is_written(
 ) -> None:
     _, doc, out = slow_vs_fast
     folders = [out / p["folder"] for r in doc["rounds"] for p in r["passes"]]
-    assert len(folders) == 2 * 6  # two rounds of slow fast slow-again slow-again fast slow
+    assert len(folders) == 4 * 6  # four rounds of slow fast slow-again slow-again fast slow
     for folder in folders:
         assert json.loads((folder / "summary.json").read_text())["schema"] == "nemolaunch.bench/1"
     report = (out / "report.md").read_text()
@@ -109,7 +109,7 @@ def test_aa_with_an_infeasible_side_interrupted_keeps_its_rounds(
 ) -> None:
     out = tmp_path / "aa"
     argv = [sys.executable, "-m", "launcher", "ab", "--model", str(tiny_model), "--python", str(engine_python)]
-    argv += ["--a", "cpu", "--b", "cpu", "--config", "bad=cpu,max_model_len=100000", "--rounds", "5"]
+    argv += ["--a", "cpu", "--b", "cpu", "--config", "bad=cpu,max_model_len=100000", "--rounds", "4"]
     argv += [*WORKLOAD, "--out", str(out)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
