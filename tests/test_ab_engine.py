@@ -1,6 +1,6 @@
-"""`nemolaunch ab` and `tune` on the real vLLM CPU engine with the tiny model: short passes, two rounds, servers
-shared per run (about 4 minutes each here). Three runs in all: slow vs fast with a calibration, an A/A with an infeasible side stopped by
-SIGINT, and a tune with a tiny budget."""
+"""`nemolaunch ab` and `tune` on the real vLLM CPU engine with the tiny model: short passes, few rounds, servers
+shared per run (about 4 minutes each here). Three runs: slow vs fast with a calibration, an A/A with an infeasible
+side stopped by SIGINT, and a tune with a tiny budget."""
 
 from __future__ import annotations
 
