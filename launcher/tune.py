@@ -67,6 +67,12 @@ class TuneConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def ahead_of(members: list[dict[str, Any]], default: str | None, index: int) -> bool:
+    """True when the kernel at `index` comes after vLLM's own choice in the chain."""
+    first = next((i for i, m in enumerate(members) if m["kernel"] == default), None)
+    return first is not None and index > first
+
+
 def probe_candidates(probe: dict[str, Any]) -> tuple[list[Candidate], list[str]]:
     """Linear chains and attention: every correct kernel that is faster than vLLM's choice, or within the margin
     of it (a close call a microbenchmark cannot settle), becomes a candidate steered with disabled_kernels or
@@ -81,7 +87,8 @@ def probe_candidates(probe: dict[str, Any]) -> tuple[list[Candidate], list[str]]
         base_speed = evidence.speed(probe, chain, default) if default else None
         for i, k in enumerate(members):
             kernel = k["kernel"]
-            if kernel == default or k["status"] != "ok":
+            # vLLM can be steered only to a kernel it declares supported, after its own choice (disable those ahead)
+            if kernel == default or k["status"] != "ok" or k["declared"] is False or not ahead_of(members, default, i):
                 continue
             mine = evidence.speed(probe, chain, kernel)
             if mine is None or base_speed is None or mine > base_speed * evidence.MARGIN:

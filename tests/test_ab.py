@@ -107,3 +107,18 @@ def test_a_tuned_profile_goes_stale_when_the_stack_changes(tmp_path: Path) -> No
     warning = stale(profile, {**now, "torch": "2.12.0"})
     assert warning is not None
     assert "torch 2.11.0 -> 2.12.0" in warning and warning.endswith("nemolaunch ab --a cpu --b t.toml")
+
+
+def test_probe_candidates_from_the_recorded_h200_probe() -> None:
+    from launcher import tune
+    from launcher.evidence import load_evidence
+
+    fixture = Path(__file__).parent / "fixtures" / "probe" / "h200-vllm026-harness-2026-11-30.json"
+    probe = load_evidence([fixture])["probe"]
+    found, _ = tune.probe_candidates(probe)
+    by_name = {c.name: c for c in found}
+    # torch per-tensor came within the margin of CUTLASS, vLLM's SM90 choice: a close call worth an ab
+    torch = by_name["fp8_dense:PerTensorTorchFP8ScaledMMLinearKernel"]
+    assert torch.overrides == {"disabled_kernels": ["CutlassFP8ScaledMMLinearKernel"]}
+    # FlashInfer FP8 needs SM100: vLLM cannot be steered to it, so it is no candidate
+    assert not any("FlashInferFP8" in name for name in by_name)
