@@ -1,73 +1,138 @@
 #!/usr/bin/env bash
-# On the H200 with vLLM 0.26 importable (../shared/gpu/), from the repository root; three commands, each < 9 min:
-#   bash benchmarks/gpu_ab.sh graphs OUTDIR   # graphs vs --enforce-eager, with an A/A calibration side (~7 min)
-#   bash benchmarks/gpu_ab.sh fp8 OUTDIR      # online FP8: CUTLASS vs torch per-tensor, with an A/A side (~7 min)
-#   bash benchmarks/gpu_ab.sh tune OUTDIR     # tune on a dummy-weight Llama-8B-like model, 7-minute budget (~8 min)
-# Each run is co-resident (three servers on the GPU, 0.28 of memory each), 3 interleaved ABBA rounds of short
-# passes after one warm-up pass per server. Copies ab.json / report.md / ratios.png (or the tuned profile and
-# tune.json) and the server logs' last lines into OUTDIR, and prints the verdicts last.
-set -eu
-what=$1
-out=$2
+# nemolaunch ab and tune on the H200 (vLLM 0.26 importable as python3), from the repository root. Two commands:
+#   bash benchmarks/gpu_ab.sh ab OUTDIR     # < 8 min: ONE ab, four co-resident servers on a dummy ~1B Llama with
+#                                           # online FP8: base (CUDA graphs, vLLM's FP8 kernel: CUTLASS), base-again
+#                                           # (A/A calibration), eager (cuda_graphs=false), torch (CUTLASS disabled)
+#   bash benchmarks/gpu_ab.sh tune OUTDIR   # < 6 min: one tune of max_num_seqs on a dummy Llama-8B-like model
+# ab: 3 interleaved order-balanced rounds at concurrency 1,16,64 of short passes (128 in / 32 out tokens), one
+# unmeasured warm-up pass per server start. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
+# the completed rounds / trials and still writes its results). A side that cannot start is a result (infeasible,
+# with its diagnosis), never the end of the script. Writes into OUTDIR: ab.json, report.md, ratios.png, the server
+# logs' last lines, progress (stderr) and verdicts (stdout); for tune: tune.json, the tuned profile, the final ab's
+# ab.json/report.md. Prints the verdicts last.
+#
+# Rehearsal on the vLLM CPU engine (tests this script's logic, not the GPU): set GPU_AB_CPU_ENGINE to the engine's
+# python and GPU_AB_CPU_MODEL to a model folder (the tiny model); GPU_AB_LAUNCHER is the python that runs nemolaunch.
+set -u
+what=${1:-}
+out=${2:-}
+if [ -z "$out" ] || { [ "$what" != ab ] && [ "$what" != tune ]; }; then
+  echo "usage: gpu_ab.sh ab|tune OUTDIR" >&2
+  exit 2
+fi
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1
+launcher=${GPU_AB_LAUNCHER:-python3}
 work=$(mktemp -d)
-python3 -m launcher model tiny "$work/tiny" --python python3 >/dev/null
-model() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS
+start=$(date +%s)
+
+if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then  # rehearsal: same commands, CPU-sized
+  engine=$GPU_AB_CPU_ENGINE
+  ab_model=$GPU_AB_CPU_MODEL
+  tune_model=$GPU_AB_CPU_MODEL
+  env_table=$'[env]\nVLLM_CPU_KVCACHE_SPACE = "1"'
+  quant=''
+  ab_conc=1,8
+  tune_conc=1,8
+  tune_seqs=2
+  lens="--input-len 32 --output-len 16"
+  ab_limit_s=${GPU_AB_LIMIT_S:-600}
+  tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}
+  tune_limit_s=${GPU_AB_LIMIT_S:-480}
+else
+  engine=python3
+  ab_model=$work/llama-1b
+  tune_model=$work/llama-8b
+  env_table=''
+  quant=', "--quantization", "fp8"'
+  ab_conc=1,16,64
+  tune_conc=1,64
+  tune_seqs=16
+  lens="--input-len 128 --output-len 32"
+  ab_limit_s=450          # 4 starts (40-150 s each; base-again hits the compile cache) + 28 passes of ~3-6 s
+  tune_budget_min=5.5     # base start ~150 s, candidate ~85 s, 6 screening passes, 8 final passes of ~5 s
+  tune_limit_s=345
+fi
+
+model() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS: a Llama config with the tiny model's tokenizer
   mkdir -p "$work/$1"
-  cp "$work/tiny"/tokenizer* "$work/tiny"/chat_template.jinja "$work/$1/"
-  python3 - "$work/$1/config.json" "$2" "$3" "$4" "$5" "$6" <<'PY'
+  cp "$work/tiny"/tokenizer* "$work/tiny"/chat_template.jinja "$work/$1/" 2>/dev/null
+  "$launcher" - "$work/$1/config.json" "$2" "$3" "$4" "$5" "$6" <<'PY'
 import json, sys
 path, hidden, inter, layers, heads, kv = sys.argv[1], *map(int, sys.argv[2:])
 json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-           "num_key_value_heads": kv, "head_dim": 128, "vocab_size": 1024, "max_position_embeddings": 4096,
-           "rms_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16",
-           "tie_word_embeddings": False}, open(path, "w"))
+           "num_key_value_heads": kv, "head_dim": hidden // heads, "vocab_size": 1024,
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 1,
+           "torch_dtype": "bfloat16", "tie_word_embeddings": False}, open(path, "w"))
 PY
 }
-profile() {  # NAME EXTRA_VLLM_LINES (dummy weights, 2048 context)
-  printf 'schema = 1\ndescription = "H200 %s"\n[vllm]\nmax_model_len = 2048\ncuda_graphs = true\n%s\n' "$1" "$2" > "$work/$1.toml"
+profile() {  # FILE DESCRIPTION EXTRA_VLLM_LINES: dummy weights, 2048 context, CUDA graphs
+  printf 'schema = 1\ndescription = "%s"\n[vllm]\nmax_model_len = 2048\ncuda_graphs = true\n%s\nextra_args = ["--load-format", "dummy"%s]\n%s\n' \
+    "$2" "$3" "$quant" "$env_table" > "$1"
+}
+keep() {  # copy what a run left, whatever state it is in
+  for f in "$@"; do [ -f "$f" ] && cp "$f" "$out/"; done
+  return 0
+}
+logs() {  # RUN_DIR PREFIX: the last lines of every server log
+  for log in "$1"/logs/*.log; do [ -f "$log" ] && tail -n 60 "$log" > "$out/$2-$(basename "$log")"; done
+  return 0
 }
 quiet() { grep -v "^(\|^INFO\|^WARNING\|^DEBUG" || true; }
-workload="--input-len 256 --output-len 64 --num-prompts 64 --warmup 2 --rounds 3"
-start=$(date +%s)
+
+if [ -z "${GPU_AB_CPU_ENGINE:-}" ]; then
+  "$launcher" -m launcher model tiny "$work/tiny" --python "$engine" > "$work/tiny.txt" 2>&1 ||
+    echo "gpu_ab: building the tokenizer failed (see $out/tiny.txt)" >&2
+  cp "$work/tiny.txt" "$out/tiny.txt"
+  model llama-1b 2048 8192 16 32 8      # Llama-3.2-1B's shape
+  model llama-8b 4096 14336 32 32 8     # Llama-3-8B's shape
+fi
+
+rc=0
 case $what in
-  graphs)
-    model llama-1b 2048 5632 16 16 4
-    profile graphs 'extra_args = ["--load-format", "dummy"]'
-    python3 -m launcher ab --model "$work/llama-1b" --python python3 --config "graphs=$work/graphs.toml" \
-      --config "eager=$work/graphs.toml,cuda_graphs=false" --calibrate --concurrency 4,32 $workload \
-      --out "$work/ab" > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || true
-    ;;
-  fp8)
-    model llama-1b 2048 5632 16 16 4
-    profile fp8 'extra_args = ["--load-format", "dummy", "--quantization", "fp8"]'
-    python3 -m launcher ab --model "$work/llama-1b" --python python3 --config "cutlass=$work/fp8.toml" \
-      --config "torch=$work/fp8.toml,disabled_kernels=[\"CutlassFP8ScaledMMLinearKernel\"]" --calibrate \
-      --concurrency 4,32 $workload --out "$work/ab" > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || true
+  ab)
+    p=$work/base.toml
+    profile "$p" "gpu_ab: online FP8, CUDA graphs" ""
+    timeout -s TERM "$ab_limit_s" "$launcher" -m launcher ab --model "$ab_model" --python "$engine" \
+      --config "base=$p" --config "eager=$p,cuda_graphs=false" \
+      --config "torch=$p,disabled_kernels=[\"CutlassFP8ScaledMMLinearKernel\"]" --calibrate \
+      --concurrency "$ab_conc" $lens --warmup 2 --warmup-passes 1 --rounds 3 --out "$work/ab" \
+      > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || rc=$?
+    sleep 1
+    keep "$work/verdicts.txt" "$work/progress.txt" "$work/ab/ab.json" "$work/ab/report.md" "$work/ab/ratios.png"
+    logs "$work/ab" ab
     ;;
   tune)
-    model llama-8b 4096 14336 32 32 8
-    profile base 'extra_args = ["--load-format", "dummy"]'
-    python3 -m launcher tune --model "$work/llama-8b" --python python3 --base "$work/base.toml" --budget 7 \
-      --knobs max_num_seqs,async_scheduling,kv_cache_dtype,max_num_batched_tokens --concurrency 1,32 \
-      --input-len 256 --output-len 64 --num-prompts 64 --rounds 3 --name h200-llama8b-tuned \
-      --out "$work/tune" > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || true
+    p=$work/base.toml
+    profile "$p" "gpu_ab tune base: max_num_seqs $tune_seqs" "max_num_seqs = $tune_seqs"
+    timeout -s TERM "$tune_limit_s" "$launcher" -m launcher tune --model "$tune_model" --python "$engine" \
+      --base "$p" --knobs max_num_seqs,cuda_graphs --budget "$tune_budget_min" --concurrency "$tune_conc" $lens \
+      --rounds 2 --name gpu-ab-tuned --out "$work/tune" \
+      > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || rc=$?
+    sleep 1
+    keep "$work/verdicts.txt" "$work/progress.txt" "$work/tune/tune.json" "$work/tune/gpu-ab-tuned.toml"
+    for d in "$work"/tune/final/ab-*/; do [ -d "$d" ] && cp "$d/ab.json" "$out/tune-final-ab.json" && cp "$d/report.md" "$out/tune-final-report.md"; done
+    logs "$work/tune" tune
     ;;
-  *) echo "usage: gpu_ab.sh graphs|fp8|tune OUTDIR" >&2; exit 2 ;;
 esac
-sleep 1
-cp "$work/progress.txt" "$out/$what-progress.txt"
-if [ -d "$work/ab" ]; then
-  cp "$work/ab/ab.json" "$work/ab/report.md" "$out/" 2>/dev/null || true
-  cp "$work/ab/ratios.png" "$out/" 2>/dev/null || true
-  for log in "$work"/ab/logs/*.log; do tail -n 40 "$log" > "$out/$what-$(basename "$log")"; done
+
+echo "gpu_ab $what: exit $rc (130: stopped by the wall-clock guard, completed rounds kept; 1: a side could not serve)"
+echo "gpu_ab $what: wall-clock $(( $(date +%s) - start )) s; results in $out"
+if [ "$what" = ab ] && [ -f "$out/ab.json" ]; then
+  "$launcher" - "$out/ab.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print(f"rounds {len(doc['rounds'])}/{doc['workload']['rounds_asked']} ({doc['status']}), mode {doc['mode']}, "
+      f"noise floor {doc['noise_floor']['source']}")
+for s in doc["sides"]:
+    print(f"  {s['name']}: {s['status']} starts {s['startups_s']} s" + (f": {s['diagnosis']}" if s["diagnosis"] else ""))
+for name, per_level in doc["verdicts"].items():
+    for c, m in per_level.items():
+        print(f"  {name} vs {doc['baseline']} c={c}: {m['output_tok_s']['text']}")
+PY
 fi
-if [ -d "$work/tune" ]; then
-  cp "$work/tune/tune.json" "$work"/tune/*.toml "$out/" 2>/dev/null || true
-  [ -f "$work/tune/final/ab-1/ab.json" ] && cp "$work/tune/final/ab-1/ab.json" "$out/tune-final-ab.json"
-  [ -f "$work/tune/final/ab-1/report.md" ] && cp "$work/tune/final/ab-1/report.md" "$out/tune-final-report.md"
-fi
-echo "wall-clock: $(( $(date +%s) - start )) s"
-cat "$work/verdicts.txt"
+cat "$out/verdicts.txt" 2>/dev/null
+rm -rf "$work"
+exit "$rc"

@@ -11,13 +11,14 @@ cannot start is a result: infeasible, with nemolaunch's diagnosis of its log.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socket
 import time
 import tomllib
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +49,12 @@ ANSWER_PROMPTS = (
     "The GPU kernel launched",
 )
 ANSWER_TOKENS = 32
+# vLLM's CPU engine always runs its worker in a separate process fed through a shared-memory queue whose reader
+# spins (sched_yield) for 1 s after its last read before it sleeps on a socket (vLLM 0.32 shm_broadcast
+# SpinCondition, busy_loop_s=1); idle after that, a co-resident CPU server measured 1.4% CPU. So before a pass on
+# another side than the last one, wait out the idle server's spin: it would otherwise share the 2 cores with the
+# first second of the measured pass. A single-GPU server (vLLM 0.26 'uni' executor) has no such queue: no wait.
+CPU_SETTLE_S = 1.2
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,11 @@ class AbConfig:
     python: Path | None = None
     same_answers: bool = True
     seed: int = 0
+
+    def digest(self) -> str:
+        """What makes two runs the same run (a rerun with the same --out continues it); rounds may grow."""
+        doc = {k: v for k, v in asdict(self).items() if k != "rounds"}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def parse_value(text: str) -> Any:
@@ -352,10 +364,25 @@ class AbRun:
             sides.append(Side(f"{base.name}-again", base.profile_ref, dict(base.overrides)))
         self.calibration = sides[-1].name if cfg.calibrate else None
         self.states = {s.name: SideState(s) for s in sides}
+        self.profiles = {s.name: side_profile(s) for s in sides}
+        self.last_side: str | None = None  # the side of the last pass (co-resident CPU servers settle on a switch)
         self.rounds: list[dict[str, Any]] = []
         self.invalid: list[dict[str, Any]] = []
         self.status = "running"
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    def resume(self, doc: dict[str, Any]) -> None:
+        """Continue a run from its ab.json: its rounds, invalid passes and what each side showed stay; a side that
+        could not start is not retried (its diagnosis stands), one that died is."""
+        self.rounds, self.invalid, self.started = list(doc["rounds"]), list(doc["invalid_passes"]), doc["started"]
+        for s in doc["sides"]:
+            st = self.states.get(s["name"])
+            if st is None:
+                continue
+            if s["status"] == "infeasible":
+                st.status, st.diagnosis = "infeasible", s["diagnosis"]
+            st.startups_s = list(s["startups_s"])
+            st.answers, st.answers_error = s.get("answer_tokens"), s.get("answers_error")
 
     @property
     def base(self) -> str:
@@ -452,6 +479,7 @@ class AbRun:
         return {
             "schema": SCHEMA,
             "status": self.status,
+            "config_digest": self.cfg.digest(),
             "started": self.started,
             "mode": self.mode,
             "mode_reason": self.mode_reason,
@@ -478,6 +506,8 @@ class AbRun:
                     "diagnosis": st.diagnosis,
                     "startups_s": st.startups_s,
                     "served": st.served,
+                    "answer_tokens": st.answers,
+                    "answers_error": st.answers_error,
                 }
                 for name, st in self.states.items()
             ],
@@ -498,8 +528,12 @@ class AbRun:
         atomic_write_text(self.out / "ab.json", json.dumps(self.doc(), indent=2, default=str))
 
 
-def _bench_pass(run: AbRun, up: Up, folder: Path, label: str, say: Say) -> PassResult:
+def _bench_pass(run: AbRun, up: Up, folder: Path, label: str, say: Say, side: str) -> PassResult:
     from launcher import bench
+
+    if run.mode == "co-resident" and run.last_side not in (None, side) and is_cpu_engine(run.profiles[side]):
+        time.sleep(CPU_SETTLE_S)
+    run.last_side = side
 
     cfg = bench.BenchConfig(
         url=up.url,
@@ -533,7 +567,7 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
         st.startups_s.append(round(up.startup_s, 1))
         start = len(st.startups_s)
         for k in range(run.cfg.warmup_passes):
-            _bench_pass(run, up, run.out / "passes" / f"warmup-{name}-{start}-{k + 1}", f"{name}-warmup", say)
+            _bench_pass(run, up, _pass_folder(run, f"warmup-{name}-{start}-{k + 1}"), f"{name}-warmup", say, name)
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
             st.answers = greedy_answers(up.url, up.served_model)
@@ -552,20 +586,22 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
         raise BadInput("two configurations have the same name", "name each --config differently")
     if len(cfg.sides) < 2:
         raise BadInput("ab needs at least two configurations", "give --a and --b, or two --config")
-    if (out / "ab.json").exists():
-        raise BadInput(f"{out} already holds an ab run", "give a new --out folder (runs are never overwritten)")
+    previous = _previous_run(cfg, out)
     for side in cfg.sides:
         side_profile(side)  # refuse a bad profile or override before any server starts
     mode, reason = choose_mode(cfg)
     run = AbRun(cfg, out, mode, reason)
     out.mkdir(parents=True, exist_ok=True)
+    if previous is not None:
+        run.resume(previous)
+        say(f"ab: continuing the run in {out}: {len(run.rounds)} round(s) kept, {cfg.rounds} asked")
     say(f"ab: {len(run.states)} configurations, mode {mode} ({reason}); results in {out}")
     own_pool = pool is None
     pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
     run.write()
     try:
         with _sigterm_as_interrupt():
-            for r in range(cfg.rounds):
+            for r in range(len(run.rounds), cfg.rounds):
                 _one_round(run, pool, r, say)
                 if run.states[run.base].status != "ok" or len(run.live_names()) < 2:
                     break
@@ -581,6 +617,34 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     return AbOutcome(_exit_code(run), _summary_line(run), doc)
 
 
+def _previous_run(cfg: AbConfig, out: Path) -> dict[str, Any] | None:
+    """The ab.json an earlier run of the same command left in OUT, to continue; None for a new folder."""
+    path = out / "ab.json"
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadInput(f"cannot read {path}: {e}", "give a new --out folder") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("config_digest") != cfg.digest():
+        raise BadInput(
+            f"{out} holds an ab run with other settings",
+            "give a new --out folder, or the same options to continue that run",
+        )
+    if doc.get("status") == "complete" and len(doc.get("rounds", [])) >= cfg.rounds:
+        raise BadInput(f"{out} holds a complete ab run of {cfg.rounds} round(s)", "ask for more --rounds to extend it")
+    return doc
+
+
+def _pass_folder(run: AbRun, stem: str) -> Path:
+    """passes/STEM, or STEM-2, -3 ... when an interrupted attempt left that folder (never overwritten)."""
+    folder, k = run.out / "passes" / stem, 1
+    while folder.exists():
+        k += 1
+        folder = run.out / "passes" / f"{stem}-{k}"
+    return folder
+
+
 def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
     order = block_order(run.live_names(), r)
     passes: list[dict[str, Any]] = []
@@ -591,8 +655,8 @@ def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
         up = _start(run, pool, name, say)
         if up is None:
             continue
-        folder = run.out / "passes" / f"r{r + 1}-{i + 1}-{name}"
-        result = _bench_pass(run, up, folder, name, say)
+        folder = _pass_folder(run, f"r{r + 1}-{i + 1}-{name}")
+        result = _bench_pass(run, up, folder, name, say, name)
         if result.status == "server-died":
             run.states[name].status, run.states[name].diagnosis = "died", f"the server stopped answering in {folder}"
         passes.append({"side": name, "folder": str(folder.relative_to(run.out)), "status": result.status})

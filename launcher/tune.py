@@ -302,7 +302,9 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
                 if trial:
                     continue
                 passes = 4 + 2  # one block, and one warm-up pass per server
-                if time.monotonic() + _cost(2, passes, seen) > deadline:
+                # before any pass is timed, its length is unknown (a guess would be off by 10x between workloads):
+                # the first trial runs when its server starts fit, and teaches the estimate for the rest
+                if time.monotonic() + _cost(2, passes if "pass_s" in seen else 0, seen) > deadline:
                     not_tested.append(f"{cand.name}: screening did not fit the budget")
                     continue
                 folder = state.fresh_dir(out / "screen", _slug(cand.name))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -122,3 +124,48 @@ def test_probe_candidates_from_the_recorded_h200_probe() -> None:
     assert torch.overrides == {"disabled_kernels": ["CutlassFP8ScaledMMLinearKernel"]}
     # FlashInfer FP8 needs SM100: vLLM cannot be steered to it, so it is no candidate
     assert not any("FlashInferFP8" in name for name in by_name)
+
+
+class FakePool:
+    """Stands in for ServerPool: every side is the fake OpenAI server (no engine), 'started' once per run."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.started: list[str] = []
+
+    def ensure(self, side: ab.Side) -> tuple[ab.Up, bool]:
+        fresh = side.name not in self.started
+        self.started.append(side.name)
+        info = {"argv": ["vllm", "--load-format", "dummy"], "profile": side.profile_ref}
+        return ab.Up(self.url, "fake", 0.1, info, contextlib.ExitStack()), fresh
+
+    def release(self, name: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_rerun_with_the_same_out_continues_the_run(tmp_path: Path) -> None:
+    from tests.conftest import free_port
+    from tests.fake_server import serving
+
+    sides = (ab.Side("A", "cpu"), ab.Side("B", "cpu", {"max_num_seqs": 8}))
+    cfg = ab.AbConfig("m", sides, (2,), rounds=1, input_len=8, output_len=4, num_prompts=8, mode="restart")
+    out = tmp_path / "run"
+    with serving(free_port()) as url:
+        first = ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        assert first.code == 0 and len(first.doc["rounds"]) == 1
+        kept = first.doc["rounds"][0]
+        # an interrupted second round left a pass folder behind: the rerun must not overwrite it
+        stale_pass = out / "passes" / "r2-1-B"
+        stale_pass.mkdir(parents=True)
+        more = ab.run_ab(dataclasses.replace(cfg, rounds=2), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        assert more.code == 0 and len(more.doc["rounds"]) == 2
+        assert more.doc["rounds"][0] == kept
+        assert more.doc["rounds"][1]["passes"][0]["folder"] == "passes/r2-1-B-2"
+        assert not any(stale_pass.iterdir())
+        with pytest.raises(BadInput, match="complete ab run of 2"):
+            ab.run_ab(dataclasses.replace(cfg, rounds=2), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        with pytest.raises(BadInput, match="other settings"):
+            ab.run_ab(dataclasses.replace(cfg, rounds=3, input_len=9), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
