@@ -24,6 +24,9 @@ from scipy import stats
 CONFIDENCE = 0.95
 MIN_MARGIN = 0.01  # a difference under 1% is not worth a profile change, whatever the noise
 DEFAULT_MARGIN = 0.03  # without an A/A measurement: the 0.1-3% an H200 A/A showed after its first round (NOTES.md)
+# an A/A floor wider than this makes "equivalent" meaningless (a noisy run would call a 30% change "equivalent"):
+# such a run can still find a difference that clears the floor, but never calls two sides equivalent
+MAX_EQUIVALENCE_MARGIN = 0.10
 METHOD = "95% Student t interval on the mean per-round log-ratio B/A (scipy.stats.ttest_1samp), paired ABBA rounds"
 MAX_EXTRA_ROUNDS = 100
 
@@ -120,6 +123,15 @@ def verdict(metric: str, ratios: list[float], margin: float, b: str = "B", a: st
         word = up if going_up else down
         return Verdict(metric, kind, f"{b} {word} by {size:.1f}% {span}, outside the noise (+-{m})", iv, margin)
     if iv.lo >= 1 / (1 + margin) and iv.hi <= 1 + margin:
+        if margin > MAX_EQUIVALENCE_MARGIN:
+            return Verdict(
+                metric,
+                "inconclusive",
+                f"too noisy to call equivalent: the noise floor is +-{m} (mean {_pct(iv.mean)} {span}); "
+                "more rounds or longer passes would narrow it",
+                iv,
+                margin,
+            )
         return Verdict(metric, "equivalent", f"equivalent within +-{m} (mean {_pct(iv.mean)} {span})", iv, margin)
     need = rounds_to_decide(iv, margin)
     more = None if need is None else max(1, need - iv.n)

@@ -98,3 +98,11 @@ def test_noise_floor_and_margin() -> None:
 def test_identical_ratios_give_a_point_interval() -> None:
     iv = abstats.interval([1.1, 1.1, 1.1])
     assert iv is not None and iv.lo == pytest.approx(1.1) and iv.hi == pytest.approx(1.1)
+
+
+def test_a_wide_noise_floor_never_says_equivalent_but_still_finds_a_big_difference() -> None:
+    # the CPU rehearsal's A/A floor was +-131%: a +12.6% mean inside it is not "equivalent", it is unknown
+    wide = abstats.verdict("output_tok_s", [1.05, 1.20, 1.13], margin=1.31)
+    assert wide.kind == "inconclusive" and wide.text.startswith("too noisy to call equivalent: the noise floor is")
+    assert abstats.verdict("output_tok_s", [5.0, 5.3, 4.8], margin=0.5).kind == "better"
+    assert abstats.verdict("output_tok_s", [1.001, 0.999, 1.0], margin=0.09).kind == "equivalent"
