@@ -80,7 +80,7 @@ logs() {  # RUN_DIR PREFIX: the last lines of every server log
   for log in "$1"/logs/*.log; do [ -f "$log" ] && tail -n 60 "$log" > "$out/$2-$(basename "$log")"; done
   return 0
 }
-quiet() { grep -v "^(\|^INFO\|^WARNING\|^DEBUG" || true; }
+quiet() { grep --line-buffered -v "^(\|^INFO\|^WARNING\|^DEBUG" || true; }
 
 if [ -z "${GPU_AB_CPU_ENGINE:-}" ]; then
   "$launcher" -m launcher model tiny "$work/tiny" --python "$engine" > "$work/tiny.txt" 2>&1 ||
