@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nemolaunch ab and tune on the H200 (vLLM 0.26 importable as python3), from the repository root. Two commands:
-#   bash benchmarks/gpu_ab.sh ab OUTDIR     # < 8 min: ONE ab, four co-resident servers on a dummy ~1B Llama with
+#   bash benchmarks/gpu_ab.sh ab OUTDIR     # < 8 min: ONE ab, four co-resident servers on a dummy 1B Llama with
 #                                           # online FP8: base (CUDA graphs, vLLM's FP8 kernel: CUTLASS), base-again
 #                                           # (A/A calibration), eager (cuda_graphs=false), torch (CUTLASS disabled)
 #   bash benchmarks/gpu_ab.sh tune OUTDIR   # < 6 min: one tune of max_num_seqs on a dummy Llama-8B-like model
@@ -32,7 +32,6 @@ if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then  # rehearsal: same commands, CPU-sized
   ab_model=$GPU_AB_CPU_MODEL
   tune_model=$GPU_AB_CPU_MODEL
   env_table=$'[env]\nVLLM_CPU_KVCACHE_SPACE = "1"'
-  quant=''
   ab_conc=1,8
   tune_conc=1,8
   tune_seqs=2
@@ -45,7 +44,6 @@ else
   ab_model=$work/llama-1b
   tune_model=$work/llama-8b
   env_table=''
-  quant=', "--quantization", "fp8"'
   ab_conc=1,16,64
   tune_conc=1,64
   tune_seqs=16
@@ -55,22 +53,16 @@ else
   tune_limit_s=345
 fi
 
-model() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS: a Llama config with the tiny model's tokenizer
-  mkdir -p "$work/$1"
-  cp "$work/tiny"/tokenizer* "$work/tiny"/chat_template.jinja "$work/$1/" 2>/dev/null
-  "$launcher" - "$work/$1/config.json" "$2" "$3" "$4" "$5" "$6" <<'PY'
-import json, sys
-path, hidden, inter, layers, heads, kv = sys.argv[1], *map(int, sys.argv[2:])
-json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-           "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-           "num_key_value_heads": kv, "head_dim": hidden // heads, "vocab_size": 1024,
-           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 1,
-           "torch_dtype": "bfloat16", "tie_word_embeddings": False}, open(path, "w"))
-PY
+shape() {  # DIR ARGS...: a weightless model folder with real shapes (vLLM fills dummy weights; the folder's
+  # own flags, --load-format dummy and --quantization fp8, are added by nemolaunch at launch)
+  local dir=$1
+  shift
+  "$launcher" -m launcher model shape llama-3.1-8b "$dir" --python "$engine" "$@" >> "$out/shape.txt" 2>&1 ||
+    echo "gpu_ab: nemolaunch model shape failed (see $out/shape.txt)" >&2
 }
-profile() {  # FILE DESCRIPTION EXTRA_VLLM_LINES: dummy weights, 2048 context, CUDA graphs
-  printf 'schema = 1\ndescription = "%s"\n[vllm]\nmax_model_len = 2048\ncuda_graphs = true\n%s\nextra_args = ["--load-format", "dummy"%s]\n%s\n' \
-    "$2" "$3" "$quant" "$env_table" > "$1"
+profile() {  # FILE DESCRIPTION EXTRA_VLLM_LINES: 2048 context, CUDA graphs
+  printf 'schema = 1\ndescription = "%s"\n[vllm]\nmax_model_len = 2048\ncuda_graphs = true\n%s\n%s\n' \
+    "$2" "$3" "$env_table" > "$1"
 }
 keep() {  # copy what a run left, whatever state it is in
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$out/"; done
@@ -83,11 +75,12 @@ logs() {  # RUN_DIR PREFIX: the last lines of every server log
 quiet() { grep --line-buffered -v "^(\|^INFO\|^WARNING\|^DEBUG" || true; }
 
 if [ -z "${GPU_AB_CPU_ENGINE:-}" ]; then
-  "$launcher" -m launcher model tiny "$work/tiny" --python "$engine" > "$work/tiny.txt" 2>&1 ||
-    echo "gpu_ab: building the tokenizer failed (see $out/tiny.txt)" >&2
-  cp "$work/tiny.txt" "$out/tiny.txt"
-  model llama-1b 2048 8192 16 32 8      # Llama-3.2-1B's shape
-  model llama-8b 4096 14336 32 32 8     # Llama-3-8B's shape
+  if [ "$what" = ab ]; then  # Llama-3.2-1B's shape (real 128k vocabulary), quantized online to FP8 by vLLM
+    shape "$ab_model" --quantization fp8 --set hidden_size=2048 --set intermediate_size=8192 \
+      --set num_hidden_layers=16 --set num_key_value_heads=8 --set head_dim=64 --set tie_word_embeddings=true
+  else
+    shape "$tune_model"  # Llama-3.1-8B, bf16
+  fi
 fi
 
 rc=0
