@@ -574,7 +574,8 @@ def ab(
     """Is B faster than A here? Interleaved ABBA rounds of bench passes, a verdict per level against the noise.
 
     Writes OUT/ab.json (schema nemolaunch.ab/1), report.md, ratios.png and every pass as a bench folder under
-    OUT/passes/. Ctrl-C keeps the completed rounds (exit 130). Exit 1 when a configuration cannot serve.
+    OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command with the same --out continues
+    (a larger --rounds extends a complete run). Exit 1 when a configuration cannot serve.
     """
     import time
 
