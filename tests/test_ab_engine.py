@@ -25,6 +25,7 @@ from launcher.cli import main
 
 pytestmark = pytest.mark.engine
 WORKLOAD = ["--concurrency", "8", "--num-prompts", "16", "--input-len", "32", "--output-len", "16", "--warmup", "1"]
+assert WORKLOAD[-2] == "--warmup"  # tune has no --warmup (it uses ab's default); the tune test drops it
 # the shared run's passes are longer: on this shared 2-core machine 1-second passes gave an A/A floor of 28% over 5
 # rounds (other jobs come and go within a round); 3-4 s passes average that out
 AB_WORKLOAD = ["--concurrency", "8", "--num-prompts", "24", "--input-len", "32", "--output-len", "32", "--warmup", "1"]
@@ -154,7 +155,17 @@ def test_tune_with_a_tiny_budget_writes_a_profile_citing_its_verdicts(
     base.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\nmax_num_seqs = 2\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
     out = tmp_path / "tune"
     argv = ["tune", "--model", str(tiny_model), "--python", str(engine_python), "--base", str(base)]
-    argv += ["--knobs", "max_num_seqs,cuda_graphs", "--budget", "12", "--rounds", "3", *WORKLOAD, "--out", str(out)]
+    argv += [
+        "--knobs",
+        "max_num_seqs,cuda_graphs",
+        "--budget",
+        "12",
+        "--rounds",
+        "3",
+        *WORKLOAD[:-2],
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     profile = tomllib.loads((out / "narrow-tuned.toml").read_text())
     assert profile["vllm"]["max_num_seqs"] == 8
