@@ -503,7 +503,10 @@ def write_tuned_profile(
         slug = _slug(t["name"])
         verdicts = (final_doc or {}).get("verdicts", {}).get(slug)
         if verdicts:
-            cited = "; ".join(f"c={c}: {v['output_tok_s']['text']}" for c, v in verdicts.items())
+            # the ab side is the candidate's folder-safe slug: cite the candidate by its name
+            cited = "; ".join(
+                f"c={c}: {v['output_tok_s']['text'].replace(slug, t['name'], 1)}" for c, v in verdicts.items()
+            )
             source = f"ab {final['folder']}/ab.json" if final else ""
         else:
             cited = f"screening round {t['status']}: {t['headline']}"
