@@ -839,7 +839,11 @@ def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
         _read_json(summary, "a bench summary.json"),
         _read_json(model_dir / "config.json" if model_dir.is_dir() else model_dir, "the model's config.json"),
     )
-    result = stage.annotate(doc, config)
+    from launcher.shapes import MARKER, launch_args
+
+    # a shape folder records the flags it is served with (--quantization fp8 sets the weights' bytes)
+    served_args = launch_args(str(model_dir), [])[0] if (model_dir / MARKER).is_file() else []
+    result = stage.annotate(doc, config, served_args=served_args)
     click.echo(json_document("roofline", result.to_json()) if as_json else view.render(result))
     return ExitCode.OK if result.applies else ExitCode.NOT_READY
 

@@ -294,7 +294,12 @@ class Roofline:
         return asdict(self)
 
 
-def annotate(summary: dict[str, Any], model_config: dict[str, Any], gpu: dict[str, Any] | None = None) -> Roofline:
+def annotate(
+    summary: dict[str, Any],
+    model_config: dict[str, Any],
+    gpu: dict[str, Any] | None = None,
+    served_args: list[str] | None = None,
+) -> Roofline:
     """The roofline of every level of a bench summary (schema nemolaunch.bench/1). The GPU is `gpu` or the first
     of the summary's provenance.gpu (NVML); the weights' dtype, the KV cache's and tensor parallelism come from the
     config and the server's argv when nemolaunch launched it. The mean context of a decode step is taken as
@@ -306,7 +311,9 @@ def annotate(summary: dict[str, Any], model_config: dict[str, Any], gpu: dict[st
         return Roofline(
             False, "no NVIDIA GPU in this run (the CPU engine): a GPU memory-bandwidth roofline does not apply"
         )
-    argv = [str(a) for a in ((provenance.get("launched_by_nemolaunch") or {}).get("argv") or [])]
+    # the server's flags: from the provenance when nemolaunch launched it, else what the caller knows (a shape
+    # folder records the flags it is served with, --quantization fp8 among them)
+    argv = [str(a) for a in ((provenance.get("launched_by_nemolaunch") or {}).get("argv") or served_args or [])]
     tp = int(_flag_value(argv, "--tensor-parallel-size", "-tp") or 1)
     bandwidth = gpu_bandwidth(gpu, tp)
     if bandwidth is None:

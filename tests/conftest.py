@@ -34,7 +34,7 @@ def engine_python() -> Path:
 def tiny_model(engine_python: Path) -> Path:
     paths = _engine_paths()
     assert paths is not None
-    return paths[1]
+    return paths[1].resolve()  # absolute: tests run nemolaunch from other folders
 
 
 def free_port() -> int:

@@ -174,3 +174,16 @@ def test_bench_prints_one_roofline_line_from_the_summary() -> None:
     cpu = roofline.annotate({**summary, "provenance": {}}, LLAMA_1B).to_json()
     assert roofline_line(cpu) == f"roofline: does not apply ({cpu['reason']})"
     assert roofline_line(None) is None
+
+
+def test_a_shape_folders_recorded_flags_set_the_weight_dtype() -> None:
+    """The H200 fidelity run served a `model shape llama-3-8b --quantization fp8` folder outside nemolaunch serve:
+    the summary has no argv, so the folder's recorded flags (`--quantization fp8`) must decide the weights' bytes."""
+    from launcher import shapes
+
+    summary = json.loads((FIXTURES / "gpu-h200-2026-12-01" / "bench-llama3-8b-fp8-c1.summary.json").read_text())
+    config = shapes.resolve("llama-3-8b", "fp8").config
+    as_bf16 = roofline.annotate(summary, config)
+    as_fp8 = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
+    assert (as_bf16.weight_dtype, as_fp8.weight_dtype) == ("bf16", "fp8")
+    assert as_fp8.levels[0].percent_of_limit == pytest.approx(46.4, abs=0.1)
