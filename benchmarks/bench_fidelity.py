@@ -237,6 +237,9 @@ def fidelity(args: argparse.Namespace) -> None:
     stopped = False
 
     def stop(signum: int, frame: object) -> None:
+        # `timeout` signals the whole process group: a second SIGTERM must not interrupt the clean-up (on the
+        # H200 it did, inside client.proc.kill(), and the table of what was measured was lost)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise TimeoutError
 
     signal.signal(signal.SIGTERM, stop)  # `timeout` ends the run: print what was measured
