@@ -198,6 +198,7 @@ class Up:
     startup_s: float
     info: dict[str, Any]  # bench's `served` provenance
     stack: contextlib.ExitStack
+    api_key: str | None = None  # the key vLLM was given (serve resolved it): bench's passes send it
 
 
 class ServerPool:
@@ -257,7 +258,7 @@ class ServerPool:
             "startup_s": round(running.startup_s, 1),
             "log": str(log),
         }
-        up = Up(plan.url, running.models[0], running.startup_s, info, stack)
+        up = Up(plan.url, running.models[0], running.startup_s, info, stack, plan.key.value if plan.key else None)
         self.up[side.name] = up
         return up, True
 
@@ -274,8 +275,9 @@ class ServerPool:
 # ---- same answers ---------------------------------------------------------------------------------------------
 
 
-def greedy_answers(url: str, model: str) -> list[list[int]]:
+def greedy_answers(url: str, model: str, key: str | None = None) -> list[list[int]]:
     """The token ids of a greedy completion of each fixed prompt (one at a time: batch composition stays fixed)."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     out = []
     for prompt in ANSWER_PROMPTS:
         body = {
@@ -285,9 +287,7 @@ def greedy_answers(url: str, model: str) -> list[list[int]]:
             "temperature": 0.0,
             "return_token_ids": True,
         }
-        req = urllib.request.Request(
-            f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
+        req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=headers)
         with urllib.request.urlopen(req, timeout=120) as resp:
             choice = json.loads(resp.read())["choices"][0]
         out.append([int(t) for t in choice.get("token_ids") or []])
@@ -545,6 +545,7 @@ def _bench_pass(run: AbRun, up: Up, folder: Path, label: str, say: Say, side: st
         warmup=run.cfg.warmup_requests,
         label=label,
         seed=run.cfg.seed,
+        api_key=up.api_key,
     )
     outcome = bench.run(cfg, folder, up.info, lambda m: None)
     if outcome.code == ExitCode.INTERRUPTED:
@@ -570,7 +571,7 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
             _bench_pass(run, up, _pass_folder(run, f"warmup-{name}-{start}-{k + 1}"), f"{name}-warmup", say, name)
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
-            st.answers = greedy_answers(up.url, up.served_model)
+            st.answers = greedy_answers(up.url, up.served_model, up.api_key)
         except (OSError, ValueError, KeyError) as e:
             st.answers_error = f"{type(e).__name__}: {e}"
     run.write()

@@ -169,3 +169,25 @@ def test_a_rerun_with_the_same_out_continues_the_run(tmp_path: Path) -> None:
             ab.run_ab(dataclasses.replace(cfg, rounds=2), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
         with pytest.raises(BadInput, match="other settings"):
             ab.run_ab(dataclasses.replace(cfg, rounds=3, input_len=9), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+
+
+def test_ab_sends_the_servers_api_key(tmp_path: Path) -> None:
+    """A side whose profile gives vLLM a key: ab's greedy-answer requests carry it (bench's passes get it through
+    BenchConfig.api_key). Without it the server answers 401."""
+    import urllib.error
+
+    from launcher.ab import greedy_answers
+    from tests.conftest import free_port
+    from tests.fake_server import API_KEY, serving
+
+    with serving(free_port(), fault="auth") as url:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            greedy_answers(url, "m")
+        assert refused.value.code == 401
+        try:
+            greedy_answers(url, "m", API_KEY)
+        except urllib.error.HTTPError as e:  # the fake streams SSE, so what comes back is no JSON, but not a 401
+            assert e.code != 401
+        except ValueError:
+            pass
+        assert url.state["served"] >= 1  # the keyed request reached the completions handler
