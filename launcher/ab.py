@@ -249,12 +249,7 @@ class ServerPool:
             stack.close()
             raise
         info = {
-            "profile": plan.profile.name,
-            "settings": plan.profile.settings,
-            "argv": plan.argv,
-            "env": plan.rendered.env,
-            "vllm_version": plan.rendered.vllm_version,
-            "python": str(plan.interpreter.path),
+            **plan.provenance(),
             "startup_s": round(running.startup_s, 1),
             "log": str(log),
         }

@@ -119,6 +119,17 @@ class ServePlan:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_obj(self.env).items()))
         return redact_text(f"{env} {shlex.join(redact_obj(self.argv))}".strip())
 
+    def provenance(self) -> dict[str, Any]:
+        """How nemolaunch launched this server, as bench results record it (`launched_by_nemolaunch`)."""
+        return {
+            "profile": self.profile.name,
+            "settings": self.profile.settings,
+            "argv": self.argv,
+            "env": self.rendered.env,
+            "vllm_version": self.rendered.vllm_version,
+            "python": str(self.interpreter.path),
+        }
+
     def to_json(self) -> dict[str, Any]:
         doc = {
             "profile": self.profile.name,

@@ -404,14 +404,7 @@ def run_served(
     plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
     for warning in serve.warnings(plan):
         say(f"warning: {warning}")
-    served: dict[str, Any] = {
-        "profile": plan.profile.name,
-        "settings": plan.profile.settings,
-        "argv": plan.argv,
-        "env": plan.rendered.env,
-        "vllm_version": plan.rendered.vllm_version,
-        "python": str(plan.interpreter.path),
-    }
+    served: dict[str, Any] = plan.provenance()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
