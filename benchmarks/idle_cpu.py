@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +33,8 @@ def main() -> int:
     argv = [sys.executable, "-m", "launcher", "serve", "--profile", a.profile, "--model", a.model]
     argv += ["--python", a.python, "--port", str(a.port), "--quiet", "--log-file", f"/tmp/idle-cpu-{a.port}.log"]
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parents[1])
+    # SIGTERM (timeout, a killed job) must reach the `finally` that stops the server: one run left it orphaned
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     try:
         started = time.monotonic()
         while True:
