@@ -151,7 +151,7 @@ def test_tune_with_a_tiny_budget_writes_a_profile_citing_its_verdicts(
     engine_python: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
     base = tmp_path / "narrow.toml"
-    base.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\nmax_num_seqs = 2\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
+    base.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\nmax_num_seqs = 1\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
     out = tmp_path / "tune"
     argv = ["tune", "--model", str(tiny_model), "--python", str(engine_python), "--base", str(base)]
     argv += [
