@@ -632,6 +632,11 @@ def ab(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A probe report (probe --json): its close calls and faster kernels become candidates.",
 )
+@click.option(
+    "--noise-floor",
+    help="The A/A floor the final's verdicts use: a fraction (0.03) or the ab.json of a calibrated ab run of the same "
+    "model and workload [default: 3%, not measured].",
+)
 @click.option("--name", help="The tuned profile's name [default: BASE-tuned].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: tune-results/tune-<time>].")
 @PYTHON_OPTION
@@ -647,6 +652,7 @@ def tune(
     rounds: int,
     knobs: str | None,
     probe_json: Path | None,
+    noise_floor: str | None,
     name: str | None,
     out: Path | None,
     python: Path | None,
@@ -660,9 +666,11 @@ def tune(
     import time
 
     from launcher import tune as stage
+    from launcher.ab import load_noise_floor
     from launcher.output import json_document
     from launcher.views.ab import tune_text
 
+    floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
     cfg = stage.TuneConfig(
         model=model,
         base=base,
@@ -676,6 +684,8 @@ def tune(
         probe=probe_json,
         python=python,
         name=name,
+        noise_floor=floor,
+        noise_floor_source=source,
     )
     out = out or Path("tune-results") / time.strftime("tune-%Y%m%d-%H%M%S")
     outcome = stage.run_tune(cfg, out, say=lambda m: click.echo(m, err=True))

@@ -61,6 +61,9 @@ class TuneConfig:
     probe: Path | None = None
     python: Path | None = None
     name: str | None = None
+    # a stored A/A floor (ab --noise-floor) for the final's verdicts: tune runs no A/A of its own
+    noise_floor: dict[int, dict[str, float]] | None = None
+    noise_floor_source: str | None = None
 
     def digest(self) -> str:
         doc = {k: str(v) for k, v in asdict(self).items() if k != "budget_min"}
@@ -255,6 +258,8 @@ def _ab_config(cfg: TuneConfig, sides: tuple[abmod.Side, ...], rounds: int) -> a
         num_prompts=cfg.num_prompts,
         python=cfg.python,
         same_answers=True,
+        noise_floor=cfg.noise_floor,
+        noise_floor_source=cfg.noise_floor_source,
     )
 
 

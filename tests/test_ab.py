@@ -96,6 +96,19 @@ def test_stored_noise_floor_from_a_calibrated_ab_json(tmp_path: Path) -> None:
         ab.load_noise_floor(str(tmp_path / "x.json"))
 
 
+def test_tune_hands_a_stored_noise_floor_to_its_final_ab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher import tune
+
+    cfg = tune.TuneConfig(model="m", noise_floor={64: {"output_tok_s": 0.02}}, noise_floor_source="ab.json")
+    made = tune._ab_config(cfg, (ab.Side("base", "cpu"),), 3)
+    assert made.noise_floor == {64: {"output_tok_s": 0.02}} and made.noise_floor_source == "ab.json"
+    assert cfg.digest() != tune.TuneConfig(model="m").digest()  # a resumed run must use the same floor
+    code = main(["tune", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--noise-floor", "7"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a fraction" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_tuned_profile_goes_stale_when_the_stack_changes(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text(
