@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # nemolaunch ab and tune on the H200 (vLLM 0.26 importable as python3), from the repository root. Two commands:
-#   bash benchmarks/gpu_ab.sh ab OUTDIR     # < 8 min: ONE ab, four co-resident servers on a dummy 1B Llama with
-#                                           # online FP8: base (CUDA graphs, vLLM's FP8 kernel: CUTLASS), base-again
-#                                           # (A/A calibration), eager (cuda_graphs=false), torch (CUTLASS disabled)
-#   bash benchmarks/gpu_ab.sh tune OUTDIR   # < 6 min: one tune of max_num_seqs on a dummy Llama-8B-like model
-# ab: 3 interleaved order-balanced rounds at concurrency 1,16,64 of short passes (128 in / 32 out tokens), one
-# unmeasured warm-up pass per server start. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
+#   bash benchmarks/gpu_ab.sh ab OUTDIR     # ~8 min: ONE ab, three co-resident servers on a dummy Llama-3.1-8B
+#                                           # shape with online FP8: base (CUDA graphs, vLLM's FP8 kernel: CUTLASS),
+#                                           # eager (cuda_graphs=false) and base-again (--calibrate: the A/A side)
+#   bash benchmarks/gpu_ab.sh tune OUTDIR   # ~6.5 min: one tune of the same model and workload from the H200 probe
+#                                           # of 2026-12-01 (its close call: per-tensor torch FP8 against CUTLASS),
+#                                           # its final judged against the ab's measured A/A floor ($GPU_AB_FLOOR:
+#                                           # the ab.json the ab command wrote, when given)
+# Both: concurrency 1 and 64, 128 in / 32 out tokens, one unmeasured warm-up pass per server start; ab asks 4
+# interleaved order-balanced rounds and keeps what the guard leaves (>= 3 expected). Every server has the same
+# settings (max_model_len 2048, max_num_seqs 256, CUDA graphs) and model folder as gpu_bench_fidelity.sh's, so a
+# later start can hit vLLM's compile cache. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
 # the completed rounds / trials and still writes its results). A side that cannot start is a result (infeasible,
 # with its diagnosis), never the end of the script. Writes into OUTDIR: ab.json, report.md, ratios.png, the server
-# logs' last lines, progress (stderr) and verdicts (stdout); for tune: tune.json, the tuned profile, the final ab's
-# ab.json/report.md. Prints the verdicts last.
+# logs' last lines and start-up phases (starts-*.txt), progress (stderr) and verdicts (stdout); for tune:
+# tune.json, the tuned profile, the final ab's ab.json/report.md. Prints the verdicts last.
+# GPU_AB_MODEL: a model folder written before (`nemolaunch model shape llama-3.1-8b DIR --quantization fp8`);
+# without it the script writes one.
 #
 # Rehearsal on the vLLM CPU engine (tests this script's logic, not the GPU): set GPU_AB_CPU_ENGINE to the engine's
 # python and GPU_AB_CPU_MODEL to a model folder (the tiny model); GPU_AB_LAUNCHER is the python that runs nemolaunch.
@@ -32,26 +39,29 @@ if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then  # rehearsal: same commands, CPU-sized
   ab_model=$GPU_AB_CPU_MODEL
   tune_model=$GPU_AB_CPU_MODEL
   env_table=$'[env]\nVLLM_CPU_KVCACHE_SPACE = "1"'
-  ab_conc=1,8
-  tune_conc=1,8
-  tune_seqs=2
+  conc=1,8
+  seqs=2
   lens="--input-len 32 --output-len 16"
   ab_limit_s=${GPU_AB_LIMIT_S:-600}
   tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}
   tune_limit_s=${GPU_AB_LIMIT_S:-480}
+  tune_args=(--knobs max_num_seqs,cuda_graphs)
 else
   engine=python3
-  ab_model=$work/llama-1b
-  tune_model=$work/llama-8b
+  ab_model=${GPU_AB_MODEL:-$work/llama-3.1-8b-fp8}
+  tune_model=$ab_model
   env_table=''
-  ab_conc=1,16,64
-  tune_conc=1,64
-  tune_seqs=16
+  conc=1,64
+  seqs=256
   lens="--input-len 128 --output-len 32"
-  ab_limit_s=450          # 4 starts (40-150 s each; base-again hits the compile cache) + 28 passes of ~3-6 s
-  tune_budget_min=5.5     # base start ~150 s, candidate ~85 s, 6 screening passes, 8 final passes of ~5 s
-  tune_limit_s=345
+  # 3 starts (2026-12-01: 133 s graphs, 72 s eager, 122 s; base-again may hit the compile cache) + 4 rounds of
+  # 6 passes of 4-11 s (eager ~4x slower) + warm-ups
+  ab_limit_s=${GPU_AB_LIMIT_S:-450}
+  tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}  # base ~120 s, torch ~120 s, 6 screening + 12 final passes of ~3 s
+  tune_limit_s=${GPU_AB_LIMIT_S:-375}
+  tune_args=(--knobs probe --from tests/fixtures/gpu-h200-2026-12-01/probe-dense-fresh.json)
 fi
+[ -f "${GPU_AB_FLOOR:-}" ] && tune_args+=(--noise-floor "$GPU_AB_FLOOR")
 
 shape() {  # DIR ARGS...: a weightless model folder with real shapes (vLLM fills dummy weights; the folder's
   # own flags, --load-format dummy and --quantization fp8, are added by nemolaunch at launch)
@@ -60,38 +70,38 @@ shape() {  # DIR ARGS...: a weightless model folder with real shapes (vLLM fills
   "$launcher" -m launcher model shape llama-3.1-8b "$dir" --python "$engine" "$@" >> "$out/shape.txt" 2>&1 ||
     echo "gpu_ab: nemolaunch model shape failed (see $out/shape.txt)" >&2
 }
-profile() {  # FILE DESCRIPTION EXTRA_VLLM_LINES: 2048 context, CUDA graphs
-  printf 'schema = 1\ndescription = "%s"\n[vllm]\nmax_model_len = 2048\ncuda_graphs = true\n%s\n%s\n' \
-    "$2" "$3" "$env_table" > "$1"
+profile() {  # FILE DESCRIPTION: 2048 context, CUDA graphs, the batch cap of gpu_bench_fidelity.sh's server
+  printf 'schema = 1\ndescription = "%s"\n[vllm]\nmax_model_len = 2048\nmax_num_seqs = %s\ncuda_graphs = true\n%s\n' \
+    "$2" "$seqs" "$env_table" > "$1"
 }
 keep() {  # copy what a run left, whatever state it is in
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$out/"; done
   return 0
 }
-logs() {  # RUN_DIR PREFIX: the last lines of every server log
-  for log in "$1"/logs/*.log; do [ -f "$log" ] && tail -n 60 "$log" > "$out/$2-$(basename "$log")"; done
+logs() {  # RUN_DIR PREFIX: the last lines of every server log, and the phases of its start-up
+  local log
+  for log in "$1"/logs/*.log "$1"/*/*/logs/*.log; do
+    [ -f "$log" ] || continue
+    tail -n 60 "$log" > "$out/$2-$(basename "$log")"
+    grep -E "Loading weights took|Model loading took|Dynamo bytecode transform|torch.compile takes|Compiling a graph|compile cache|Graph capturing finished|init engine|Available KV cache memory|KV cache size|Starting vLLM API server" \
+      "$log" | sed 's/^.*\] //' > "$out/starts-$2-$(basename "$log" .log).txt"
+  done
   return 0
 }
 quiet() { grep --line-buffered -v "^(\|^INFO\|^WARNING\|^DEBUG" || true; }
 
-if [ -z "${GPU_AB_CPU_ENGINE:-}" ]; then
-  if [ "$what" = ab ]; then  # Llama-3.2-1B's shape (real 128k vocabulary), quantized online to FP8 by vLLM
-    shape "$ab_model" --quantization fp8 --set hidden_size=2048 --set intermediate_size=8192 \
-      --set num_hidden_layers=16 --set num_key_value_heads=8 --set head_dim=64 --set tie_word_embeddings=true
-  else
-    shape "$tune_model"  # Llama-3.1-8B, bf16
-  fi
+if [ -z "${GPU_AB_CPU_ENGINE:-}" ] && [ ! -f "$ab_model/config.json" ]; then
+  shape "$ab_model" --quantization fp8  # Llama-3.1-8B's shape (real 128k vocabulary), quantized online by vLLM
 fi
 
 rc=0
 case $what in
   ab)
     p=$work/base.toml
-    profile "$p" "gpu_ab: online FP8, CUDA graphs" ""
+    profile "$p" "gpu_ab: CUDA graphs"
     timeout -s TERM "$ab_limit_s" "$launcher" -m launcher ab --model "$ab_model" --python "$engine" \
-      --config "base=$p" --config "eager=$p,cuda_graphs=false" \
-      --config "torch=$p,disabled_kernels=[\"CutlassFP8ScaledMMLinearKernel\"]" --calibrate \
-      --concurrency "$ab_conc" $lens --warmup 2 --warmup-passes 1 --rounds 3 --out "$work/ab" \
+      --config "base=$p" --config "eager=$p,cuda_graphs=false" --calibrate \
+      --concurrency "$conc" $lens --warmup 2 --warmup-passes 1 --rounds 4 --out "$work/ab" \
       > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || rc=$?
     sleep 1
     keep "$work/verdicts.txt" "$work/progress.txt" "$work/ab/ab.json" "$work/ab/report.md" "$work/ab/ratios.png"
@@ -99,10 +109,10 @@ case $what in
     ;;
   tune)
     p=$work/base.toml
-    profile "$p" "gpu_ab tune base: max_num_seqs $tune_seqs" "max_num_seqs = $tune_seqs"
+    profile "$p" "gpu_ab tune base: CUDA graphs"
     timeout -s TERM "$tune_limit_s" "$launcher" -m launcher tune --model "$tune_model" --python "$engine" \
-      --base "$p" --knobs max_num_seqs,cuda_graphs --budget "$tune_budget_min" --concurrency "$tune_conc" $lens \
-      --rounds 2 --name gpu-ab-tuned --out "$work/tune" \
+      --base "$p" "${tune_args[@]}" --budget "$tune_budget_min" --concurrency "$conc" $lens \
+      --rounds 3 --name gpu-ab-tuned --out "$work/tune" \
       > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || rc=$?
     sleep 1
     keep "$work/verdicts.txt" "$work/progress.txt" "$work/tune/tune.json" "$work/tune/gpu-ab-tuned.toml"

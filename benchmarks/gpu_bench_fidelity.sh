@@ -2,7 +2,7 @@
 # On a GPU host where vLLM imports (`python3`), from the repository root: nemolaunch bench against vLLM's own
 # client on one warm server.
 #   bash benchmarks/gpu_bench_fidelity.sh OUTDIR
-# Llama-3-8B's real shapes (`nemolaunch model shape llama-3-8b --quantization fp8`: real 128k vocabulary, the
+# Llama-3.1-8B's real shapes (`nemolaunch model shape llama-3.1-8b --quantization fp8`, or MODEL_DIR written before: real 128k vocabulary, the
 # project's tokenizer padded to it, dummy weights, online FP8; the flags vLLM needs are read from the folder's
 # nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 2 warm-up passes of each client at
 # c=256, then A B B A x 2 at c = 1, 16, 64, 256 (256 in / 128 out, ignore_eos), nemolaunch with
@@ -20,17 +20,19 @@ ENGINE_PY=${ENGINE_PY:-python3}
 budget=${BUDGET:-360}
 left() { echo $((budget - SECONDS)); }
 work=$(mktemp -d)
-model=$work/llama-3-8b
-# shellcheck disable=SC2086
-$PY -m launcher model shape llama-3-8b "$model" --quantization "${QUANT:-fp8}" --python "$ENGINE_PY" ${SHAPE_ARGS:-} \
-  >"$out/shape.log" 2>&1 \
-  || { cat "$out/shape.log"; exit 1; }
+model=${MODEL_DIR:-$work/llama-3.1-8b}
+if [ ! -f "$model/config.json" ]; then
+  # shellcheck disable=SC2086
+  $PY -m launcher model shape llama-3.1-8b "$model" --quantization "${QUANT:-fp8}" --python "$ENGINE_PY" ${SHAPE_ARGS:-} \
+    >"$out/shape.log" 2>&1 \
+    || { cat "$out/shape.log"; exit 1; }
+fi
 flags=$($PY -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['serve_args']))" \
   "$model/nemolaunch-shape.json")
 port=8765
 url=http://127.0.0.1:$port
 # shellcheck disable=SC2086  # the recorded flags are words
-"$ENGINE_PY" -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name llama-3-8b $flags \
+"$ENGINE_PY" -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name llama-3.1-8b $flags \
   --max-model-len 2048 --max-num-seqs 256 ${SERVER_ARGS---gpu-memory-utilization 0.85} --host 127.0.0.1 --port $port >"$out/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -41,6 +43,8 @@ until ready; do
   sleep 1
 done
 echo "server ready after $SECONDS s" >&2
+grep -E "Model loading took|torch.compile takes|Graph capturing finished|init engine|Available KV cache memory" \
+  "$out/server.log" | sed 's/^.*\] //' >&2
 # what is left minus 25 s for the roofline and the stop; bench_fidelity.py drops the last blocks (never a level)
 # when its own --budget says they would not fit, so the table is always printed
 limit=$(($(left) - 25))

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One H200 session's GPU work, stage after stage, in the background, so that no time is lost between the calls
+# that start it and collect its results (on the lent machine vLLM 0.26 is importable as python3 once
+# ../shared/gpu's install ran; from the repository root):
+#   setsid bash benchmarks/gpu_session.sh RESULTS [STAGE ...] > RESULTS.log 2>&1 < /dev/null &
+#   bash benchmarks/gpu_session.sh --collect RESULTS TARBALL SECONDS   # waits until done or SECONDS pass,
+#                                                                      # refreshing TARBALL every 15 s
+# Stages (default: all, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh), probe
+# (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8). Each writes RESULTS/STAGE/ and its
+# console output RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
+# RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
+# online FP8) with the same settings, so later vLLM starts can hit the compile cache. SESSION_S (default 1500)
+# bounds the whole run: a stage starts only if its minimum fits in what is left, and is cut at the deadline.
+set -u
+if [ "${1:-}" = --collect ]; then
+  results=$2 tarball=$3 wait_s=$4
+  end=$(($(date +%s) + wait_s))
+  while :; do
+    tar czf "$tarball.part" -C "$results" . 2>/dev/null && mv "$tarball.part" "$tarball"
+    [ -f "$results/done" ] && break
+    [ "$(date +%s)" -lt "$end" ] || break
+    sleep 15
+  done
+  tail -n 40 "$results/session.txt" 2>/dev/null
+  exit 0
+fi
+results=${1:?usage: gpu_session.sh RESULTS [STAGE ...] | --collect RESULTS TARBALL SECONDS}
+shift
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(ab tune fidelity probe moe)
+mkdir -p "$results"
+results=$(cd "$results" && pwd)
+deadline=$(($(date +%s) + ${SESSION_S:-1500}))
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0} HF_HUB_OFFLINE=1
+log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$results/session.txt"; }
+
+log "session: stages ${stages[*]}; deadline in ${SESSION_S:-1500} s"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader \
+  > "$results/gpu.txt" 2>&1
+python3 -c "import vllm, torch, flashinfer; print('vllm', vllm.__version__, 'torch', torch.__version__, 'flashinfer', flashinfer.__version__)" \
+  > "$results/stack.txt" 2>&1
+model=/tmp/nemolaunch-session/llama-3.1-8b-fp8
+mkdir -p "$(dirname "$model")"
+[ -f "$model/config.json" ] \
+  || python3 -m launcher model shape llama-3.1-8b "$model" --quantization fp8 --python python3 > "$results/shape.log" 2>&1
+
+stage() {  # NAME MIN_S MAX_S COMMAND...: run if MIN_S fits before the deadline, at most MAX_S
+  local name=$1 min=$2 max=$3 left rc
+  shift 3
+  left=$((deadline - $(date +%s)))
+  if [ "$left" -lt "$min" ]; then
+    log "$name: skipped ($left s left, needs $min)"
+    return
+  fi
+  [ "$left" -lt "$max" ] && max=$left
+  log "$name: start (limit $max s)"
+  mkdir -p "$results/$name"
+  timeout -s TERM -k 20 "$max" "$@" > "$results/$name.log" 2>&1
+  rc=$?
+  log "$name: exit $rc"
+}
+
+for s in "${stages[@]}"; do
+  case $s in
+    fidelity) stage fidelity 240 400 env MODEL_DIR="$model" BUDGET=400 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity" ;;
+    ab) stage ab 300 480 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
+    tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
+    probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
+    moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" bash benchmarks/gpu_shapes.sh "$results/moe" ;;
+    *) log "$s: unknown stage" ;;
+  esac
+done
+log "session: done"
+touch "$results/done"
