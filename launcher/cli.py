@@ -113,6 +113,15 @@ def doctor(
 )
 @click.option("--timeout", "timeout_s", default=180.0, show_default=True, help="Seconds per kernel probe.")
 @click.option(
+    "--build-wait",
+    "build_wait_s",
+    type=click.FloatRange(min=0),
+    default=100.0,
+    show_default=True,
+    help="Seconds from the start to wait for FlashInfer's JIT builds (started first, in the background); a kernel "
+    "still waiting then is reported not-built and the build goes on for the next run.",
+)
+@click.option(
     "--recheck",
     "recheck_ref",
     help="A profile: re-run the probes behind its kernel choices and say "
@@ -126,6 +135,7 @@ def probe(
     quantization: str | None,
     only: str | None,
     timeout_s: float,
+    build_wait_s: float,
     recheck_ref: str | None,
     python: Path | None,
 ) -> int:
@@ -148,7 +158,14 @@ def probe(
     if steered and quantization is None:
         quantization = stage.profile_quantization(steered)
     report = stage.run(
-        python, model, timeout_s, chains, lambda m: click.echo(f"probing {m}", err=True), quantization, every
+        python,
+        model,
+        timeout_s,
+        chains,
+        lambda m: click.echo(f"probing {m}", err=True),
+        quantization,
+        every,
+        build_wait_s,
     )
     doc = report.to_json()
     checked = recheck(steered, doc) if steered and report.gpu else []

@@ -9,6 +9,13 @@ harness starts while the chains are being read, so the two imports of vLLM overl
 A kernel is recommended only if it ran every shape, passed the numerics check and never failed; among those,
 the one with the lowest geometric mean of its time relative to the fastest kernel at each shape (decode-like and
 prefill-like shapes weigh the same), because the winner at M=256 is not the winner at M=2048 (H200, 2026-11-30).
+
+FlashInfer's JIT compiles are the long pole of a fresh run (its attention modules took 114-145 s on a fresh H200,
+its FP8 bmm 48-54 s), so before anything else the probe starts their build in a process of its own
+(launcher/child/flashinfer_build.py) that writes into FlashInfer's cache and outlives the probe; the kernels that
+need a module are handed to the set-up pool only once it is built. The report keeps a run-relative timeline:
+harness ready, chains read, each build's start and end (with ninja's per-unit times), each kernel's start,
+set-up done, let through and end.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import contextlib
 import json
 import math
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -24,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.facts import nvml_facts
+from checks.files import cache_dir
 from checks.proc import Conversation, run_python
 from launcher import chains as chain_table
 from launcher.engine import Interpreter, resolve_python
@@ -39,6 +48,13 @@ DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))
 # took ~8 s on the H200, JIT compiles longer), so half the cores, at most 6 (each child holds a CUDA context)
 PARALLEL = max(1, min(6, (os.cpu_count() or 2) // 2))
 HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
+# how long (from the start of the run) kernels waiting for a FlashInfer JIT build are waited for once nothing else
+# is left: FlashInfer's attention build alone took 114-145 s on a fresh H200, so a fresh run that waited for it
+# could not end within 120 s; at 100 s it ends by ~105 s, the build goes on and the next run finds it done
+BUILD_WAIT_S = 100.0
+# the FlashInfer JIT modules a kernel loads (launcher/child/flashinfer_build.py builds them)
+NEEDS_BUILD = {("attention", "FLASHINFER"): "attention", ("fp8_dense", "FlashInferFP8ScaledMMLinearKernel"): "gemm"}
+BUILD_LABEL = {"attention": "FlashInfer's attention JIT modules", "gemm": "FlashInfer's FP8 bmm JIT module"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,9 @@ class KernelResult:
     noise_lines: int = 0
     seconds: float = 0.0  # from its fork to its result, including the wait for its turn to be timed
     setup_s: float | None = None  # set-up and first call of every shape: JIT compiles land here
+    timed_s: float | None = None  # from being let through to its result: the timed section alone
+    # seconds from the start of the run: started (forked), set_up (ready to be timed), let_through, ended
+    timeline: dict[str, float | None] = field(default_factory=dict)
 
     def usable(self) -> bool:
         return self.status == "ok" and bool(self.shapes)
@@ -95,6 +114,8 @@ class ProbeReport:
     layer: Layer = field(default_factory=Layer)
     interrupted: bool = False
     selection: chain_table.ChainSelection = field(default_factory=chain_table.all_chains)
+    # seconds from the start of the run: harness_ready, chains_read; builds: per module its status and times
+    timeline: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +130,7 @@ class ProbeReport:
             "layer": asdict(self.layer),
             "chains_probed": self.selection.chains,
             "chains_left_out": self.selection.left_out,
+            "timeline": self.timeline,
             "kernels": [k.__dict__ for k in self.kernels],
         }
 
@@ -220,7 +242,7 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
     fastest: lowest geometric-mean relative time among kernels that ran every shape correctly.
     recommended: the same among those vLLM can be steered to (in its chain, not declared unsupported here),
     since a kernel vLLM refuses on this GPU cannot be chosen with a profile, however fast it measured.
-    Neither is given for a chain where a kernel was interrupted before it was measured.
+    Neither is given for a chain where a kernel was interrupted (or its JIT build not done) before it was measured.
     """
     recommended: dict[str, str | None] = {}
     fastest: dict[str, str | None] = {}
@@ -236,7 +258,7 @@ def rank(kernels: list[KernelResult]) -> tuple[dict[str, str | None], dict[str, 
             for s in k.shapes:
                 fastest_here = best.get((s["m"], s["n"], s["k"]))
                 s["relative"] = round(s["us"] / fastest_here, 3) if fastest_here else None
-        if any(k.status == "interrupted" for k in members):  # a kernel never measured might have won
+        if any(k.status in ("interrupted", "not-built") for k in members):  # one never measured might have won
             recommended[chain] = fastest[chain] = None
             continue
         scored = sorted(
@@ -258,8 +280,11 @@ def run(
     progress: Callable[[str], None],
     quantization: str | None = None,
     every: bool = False,
+    build_wait_s: float = BUILD_WAIT_S,
 ) -> ProbeReport:
-    """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given."""
+    """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given.
+    Kernels waiting for a FlashInfer JIT build are waited for until `build_wait_s` after the start, then
+    reported not-built (the build goes on)."""
     layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
     if model is not None:
         layer = replace(layer, static_activations=model_quantization(model, quantization).static_activations)
@@ -277,10 +302,14 @@ def run(
     nvml = nvml_facts()
     gpu = nvml["gpus"][0] if nvml.get("ok") and nvml.get("gpus") else None
     capability = (gpu["capability"][0], gpu["capability"][1]) if gpu else (9, 0)
-    # started first: its imports overlap with the chain reader's
+    # first of all: FlashInfer's JIT builds (the long pole of a fresh run), then the harness, whose imports
+    # overlap with the chain reader's
+    builds = start_builds(interpreter.path, selection, layer, start + build_wait_s) if gpu else {}
     harness = Conversation([interpreter.path, CHILD / "kernel_probe.py", "--serve"]) if gpu else None
+    timeline: dict[str, Any] = {}
     try:
         chains, sources, vllm_version = read_chains(interpreter.path, capability)
+        timeline["chains_read"] = round(time.monotonic() - start, 1)
         kernels: list[KernelResult] = []
         for chain, members in chains.items():
             if chain not in selection.chains:
@@ -293,15 +322,54 @@ def run(
                 kernels.append(KernelResult(chain, name, position, declared, reason, status="not-probed"))
         sources = {c: where for c, where in sources.items() if c in selection.chains}
         report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0, layer, selection=selection)
+        report.timeline = timeline
         if harness is not None:
-            report.interrupted = _probe_all(harness, kernels, layer, timeout_s, progress)
+            report.interrupted = _probe_all(harness, kernels, layer, timeout_s, progress, builds, start, timeline)
     finally:
         if harness is not None:
             harness.close()
+    if builds:
+        timeline["builds"] = {name: build_timeline(b, start) for name, b in builds.items()}
     if gpu is not None:
         report.recommended, report.fastest = rank(kernels)
     report.seconds = time.monotonic() - start
     return report
+
+
+def start_builds(
+    python: Path, selection: chain_table.ChainSelection, layer: Layer, wait_until: float
+) -> dict[str, dict[str, Any]]:
+    """Start the FlashInfer JIT builds the selected chains' FlashInfer kernels need, in a session of their own
+    (they outlive the probe); returns what the harness needs to wait for them (isolate.Build's fields)."""
+    if os.environ.get("NEMOLAUNCH_FLASHINFER_PREBUILD") == "0":
+        return {}
+    modules = [m for (chain, _), m in NEEDS_BUILD.items() if chain in selection.chains]
+    if not modules:
+        return {}
+    out = cache_dir("flashinfer-build", f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "build.log").open("w") as log:
+        subprocess.Popen(
+            [str(python), str(CHILD / "flashinfer_build.py"), str(out), str(layer.head_dim), *modules],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    return {
+        m: {"status": str(out / f"{m}.json"), "wait_until": wait_until, "log": str(out / f"{m}.log"),
+            "label": BUILD_LABEL[m]}
+        for m in modules
+    }  # fmt: skip
+
+
+def build_timeline(build: dict[str, Any], start: float) -> dict[str, Any]:
+    """A build's status at the end of the run, its times run-relative (ended None: still running)."""
+    found: dict[str, Any] = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        found = json.loads(Path(build["status"]).read_text())
+    rel = {
+        k: round(found[k] - start, 1) if isinstance(found.get(k), (int, float)) else None for k in ("started", "ended")
+    }
+    status = "running" if not found else ("done" if found.get("ok") else "failed")
+    return {"status": status, **rel, "error": found.get("error"), "log": build["log"], "units": found.get("units", [])}
 
 
 def slow_first(k: KernelResult) -> int:
@@ -319,9 +387,16 @@ def _probe_all(
     layer: Layer,
     timeout_s: float,
     progress: Callable[[str], None],
+    builds: dict[str, dict[str, Any]] | None = None,
+    start: float | None = None,
+    timeline: dict[str, Any] | None = None,
 ) -> bool:
     """Hand every kernel the harness can drive to it and record its answers as they come; returns whether the
-    run was interrupted (Ctrl-C). Kernels it never answered for say why."""
+    run was interrupted (Ctrl-C). Kernels it never answered for say why. A kernel that needs one of `builds`
+    waits for it in the harness; times are made relative to `start` (monotonic) and go into `timeline`."""
+    builds = builds or {}
+    start = time.monotonic() if start is None else start
+    timeline = {} if timeline is None else timeline
     try:
         hello = harness.receive(HARNESS_START_S)
     except TimeoutError:
@@ -330,6 +405,8 @@ def _probe_all(
         raise NotReady(
             f"the probe harness does not start: {harness.last_error()}", "the engine's Python needs torch with CUDA"
         )
+    if isinstance(hello.get("t_ready"), (int, float)):
+        timeline["harness_ready"] = round(hello["t_ready"] - start, 1)
     probed = {tuple(pair) for pair in hello["kernels"]}
     waiting: dict[tuple[str, str], KernelResult] = {}
     for k in kernels:
@@ -337,17 +414,21 @@ def _probe_all(
             waiting[(k.chain, k.kernel)] = k
         else:
             k.error = chain_table.NOT_PROBED.get(k.kernel, "nemolaunch has no probe for this kernel yet")
-    jobs = [
-        {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, layer), "layer": layer.for_child()}
-        for k in sorted(waiting.values(), key=slow_first)
-    ]
-    harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL})
+    jobs: list[dict[str, Any]] = []
+    for k in sorted(waiting.values(), key=slow_first):
+        job = {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, layer), "layer": layer.for_child()}
+        need = NEEDS_BUILD.get((k.chain, k.kernel))
+        jobs.append({**job, "needs": need} if need in builds else job)
+    harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL, "builds": builds})
     progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time")
     why_unanswered = "the probe harness ended without an answer"
+    # a kernel waiting for a build may be answered only when its wait ends
+    wait_ends = max((b["wait_until"] - time.monotonic() for b in builds.values()), default=0.0)
+    silence = max(2 * timeout_s, wait_ends) + 60
     try:
         while waiting:
             # each kernel phase is bounded by timeout_s in the harness: silence past two phases means it hangs
-            answer = harness.receive(2 * timeout_s + 60)
+            answer = harness.receive(silence)
             if answer is None:
                 why_unanswered = f"the probe harness died: {harness.last_error()}"
                 break
@@ -357,10 +438,14 @@ def _probe_all(
             k = waiting.pop(key)
             k.status, k.error = answer["status"], answer.get("error")
             k.shapes, k.noise_lines = answer.get("shapes", []), answer.get("noise", 0)
-            k.seconds, k.setup_s = answer.get("seconds", 0.0), answer.get("setup_s")
+            k.seconds, k.setup_s, k.timed_s = answer.get("seconds", 0.0), answer.get("setup_s"), answer.get("timed_s")
+            k.timeline = {
+                what: round(t - start, 1) if isinstance(t, (int, float)) else None
+                for what, t in (answer.get("t") or {}).items()
+            }
             progress(f"{k.chain}: {k.kernel}: {k.status} ({k.seconds:.0f} s)")
     except TimeoutError:
-        why_unanswered = f"the probe harness stopped answering for {2 * timeout_s + 60:.0f} s (killed)"
+        why_unanswered = f"the probe harness stopped answering for {silence:.0f} s (killed)"
     except KeyboardInterrupt:
         for k in waiting.values():
             k.status, k.error = "interrupted", "Ctrl-C before it finished"

@@ -61,3 +61,10 @@ def make_env(tmp_path: Path, dists: dict[str, str], files: dict[str, str] | None
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
     return venv / "bin" / "python"
+
+
+@pytest.fixture(autouse=True)
+def _no_flashinfer_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """probe.run starts FlashInfer's JIT build first on a GPU; tests that fake a GPU must not start a real one
+    (tests/test_probe_build.py drives the build and the pool's waiting with fake builds)."""
+    monkeypatch.setenv("NEMOLAUNCH_FLASHINFER_PREBUILD", "0")

@@ -194,11 +194,11 @@ class RecordedHarness:
 
 KERNEL_KEYS = {
     "chain", "kernel", "position", "declared", "declared_reason", "status", "error", "shapes", "noise_lines",
-    "seconds", "setup_s",
+    "seconds", "setup_s", "timed_s", "timeline",
 }  # fmt: skip
 REPORT_KEYS = {
     "schema", "gpu", "python", "vllm_version", "chain_sources", "recommended", "fastest_measured", "seconds",
-    "interrupted", "layer", "chains_probed", "chains_left_out", "kernels",
+    "interrupted", "layer", "chains_probed", "chains_left_out", "timeline", "kernels",
 }  # fmt: skip
 
 

@@ -8,6 +8,13 @@ child is being timed. A child that hangs is killed when its phase's time is up (
 `timeout_s`; waiting for the turn does not count), one that crashes is reported by its signal or exit code and
 its last line of output; the others go on. Standard library only, so the tests can drive it with jobs that
 hang, crash or print.
+
+A job may need a build that runs outside the pool (FlashInfer's JIT modules, launcher/child/flashinfer_build.py):
+it is forked only once the build's status file says it is done; a failed build fails its jobs with the build's
+last error line, and a build still running when nothing else is left and its wait limit has passed leaves its
+jobs "not-built" (the build goes on; the next run finds it done). Every result carries its timeline: the
+monotonic times (system-wide on Linux, so the caller can make them run-relative) it was forked, ready to be
+timed, let through and ended.
 """
 
 from __future__ import annotations
@@ -74,7 +81,28 @@ class _Child:
     buffer: bytes = b""
     result: dict[str, Any] | None = None
     timed_at: float | None = None
+    ready_at: float | None = None
     reaped: bool = False
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build some jobs need, running in a process of its own: `status` is the JSON file it writes (atomically)
+    when it ends ({"ok": bool, "error": last error line}); its jobs wait for it until `wait_until` (monotonic) once
+    nothing else is left to run; `log` is where it writes its output."""
+
+    status: str
+    wait_until: float
+    log: str
+    label: str = "the build"
+
+    def outcome(self) -> dict[str, Any] | None:
+        try:
+            with open(self.status) as f:
+                found = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            return None
+        return found if isinstance(found, dict) else {"ok": False, "error": "unreadable status"}
 
 
 def _die_with_parent() -> None:
@@ -145,10 +173,27 @@ def _outcome(child: _Child, timed_out: bool, timeout_s: float, noise: re.Pattern
         last = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
         result = {"status": "crashed", "error": f"{how} while {child.phase}: {last[:300]}"}
     result["noise"] = sum(1 for line in lines if noise and noise.search(line))
-    result["seconds"] = round(time.monotonic() - child.started, 1)
+    now = time.monotonic()
+    result["seconds"] = round(now - child.started, 1)
     if child.timed_at is not None:
-        result["timed_s"] = round(time.monotonic() - child.timed_at, 1)
+        result["timed_s"] = round(now - child.timed_at, 1)
+    result["t"] = {"started": child.started, "set_up": child.ready_at, "let_through": child.timed_at, "ended": now}
     return result
+
+
+def _without_child(job: dict[str, Any], build: Build, found: dict[str, Any] | None) -> dict[str, Any]:
+    """The result of a job whose build failed (found) or missed its wait limit (found is None)."""
+    name, now = build.label, time.monotonic()
+    if found is None:
+        why = (
+            f"{name} was still building when the probe's wait for it ended; it goes on in the background "
+            f"(log: {build.log}) and the next run finds it built"
+        )
+        result = {"status": "not-built", "error": why}
+    else:
+        result = {"status": "failed", "error": f"{name} build failed: {found.get('error') or 'no error line'}"}
+    return {**result, "noise": 0, "seconds": 0.0, "t": {"started": None, "set_up": None, "let_through": None,
+                                                        "ended": now}}  # fmt: skip
 
 
 def _reap(child: _Child) -> None:
@@ -170,14 +215,17 @@ def run_isolated(
     parallel: int,
     emit: Callable[[dict[str, Any], dict[str, Any]], None],
     noise: re.Pattern[str] | None = None,
+    builds: dict[str, Build] | None = None,
+    poll_s: float = 0.5,
 ) -> None:
     """Run worker(job, turn) for every job in its own forked child, at most `parallel` alive at once.
 
     The worker calls turn.wait() once, when it is ready for its timed section; the harness lets one child at a
     time through. emit(job, result) is called as each child ends, with the worker's result (or timed-out /
     crashed / failed) plus "noise" (lines of its output matching `noise`), "seconds" and, once it was let
-    through, "timed_s".
+    through, "timed_s", and "t" (its timeline). A job with "needs": NAME waits for builds[NAME] (see Build).
     """
+    builds = builds or {}
     pending = deque(jobs)
     live: dict[int, _Child] = {}
     waiting: deque[_Child] = deque()
@@ -186,9 +234,26 @@ def run_isolated(
         open(os.path.join(logdir, "gpu.lock"), "w").close()
         try:
             while pending or live:
-                while pending and len(live) < parallel:
-                    child = _start(pending.popleft(), worker, timeout_s, logdir)
+                finished = {name: b.outcome() for name, b in builds.items()}
+                for job in [j for j in pending if j.get("needs") in builds]:
+                    found = finished[job["needs"]]
+                    if found is not None and not found.get("ok"):  # a failed build: its jobs fail without a child
+                        pending.remove(job)
+                        emit(job, _without_child(job, builds[job["needs"]], found))
+                runnable = [j for j in pending if j.get("needs") not in builds or finished[j["needs"]] is not None]
+                while runnable and len(live) < parallel:
+                    job = runnable.pop(0)
+                    pending.remove(job)
+                    child = _start(job, worker, timeout_s, logdir)
                     live[child.from_child] = child
+                if not live and not runnable:  # only jobs waiting for builds are left
+                    now = time.monotonic()
+                    for job in [j for j in pending if now >= builds[j["needs"]].wait_until]:
+                        pending.remove(job)
+                        emit(job, _without_child(job, builds[job["needs"]], None))
+                    if pending:
+                        time.sleep(min(poll_s, max(0.0, min(builds[j["needs"]].wait_until for j in pending) - now)))
+                    continue
                 if timing is None and waiting:
                     timing = waiting.popleft()
                     timing.phase, timing.timed_at = "being timed", time.monotonic()
@@ -196,6 +261,8 @@ def run_isolated(
                     os.write(timing.to_child, b"G")
                 deadlines = [c.deadline for c in live.values() if c.deadline is not None]
                 wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                if pending:  # some wait for a build: look at its status now and then
+                    wait = poll_s if wait is None else min(wait, poll_s)
                 readable, _, _ = select.select(list(live), [], [], wait)
                 ended: list[tuple[_Child, bool]] = []
                 for fd in readable:
@@ -209,6 +276,7 @@ def run_isolated(
                     for line in complete:
                         if line == b"READY":
                             child.phase, child.deadline = "waiting for its turn", None
+                            child.ready_at = time.monotonic()
                             waiting.append(child)
                         else:
                             try:

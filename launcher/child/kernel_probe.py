@@ -16,7 +16,6 @@ the kernel, not the quantization. Times are medians of CUDA-graph replays (event
 back to plain launches if capture fails.
 """
 
-import functools
 import importlib
 import inspect
 import json
@@ -30,7 +29,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
-from isolate import run_isolated
+from isolate import Build, run_isolated
 from verdict import NotProbed, Unsupported, classify
 
 FP8 = torch.float8_e4m3fn
@@ -668,41 +667,14 @@ def attention_flex(m, n, k):
     return (lambda: impl.forward(layer, kwargs["q"], None, None, kv_cache, meta, out)), reference
 
 
-@functools.cache
-def flashinfer_attention_modules() -> None:
-    """Compile, in one ninja run, the two FlashInfer modules vLLM's FLASHINFER backend loads for bf16 attention:
-    the batch-prefill module of the tensor-core decode wrapper (fa2) and the prefill wrapper's (fa3 where the GPU
-    has it, as its "auto" backend picks). Each wrapper would compile its own when planned, one after the other:
-    114-145 s on a fresh H200, most of a first probe; side by side their sources share the cores. They land in
-    FlashInfer's own cache (~/.cache/flashinfer, or under $FLASHINFER_WORKSPACE_BASE), where vLLM finds them. If
-    FlashInfer's JIT API moved, the wrappers compile them as before. NEMOLAUNCH_FLASHINFER_PREBUILD=0 leaves it to
-    the wrappers (benchmarks/gpu_probe.sh measures the difference)."""
-    if os.environ.get("NEMOLAUNCH_FLASHINFER_PREBUILD") == "0":
-        return
-    try:
-        from flashinfer.jit.attention.modules import gen_batch_prefill_module
-        from flashinfer.jit.core import build_jit_specs
-        from flashinfer.utils import determine_attention_backend
-    except ImportError:
-        return
-    bf16, hd = torch.bfloat16, LAYER.head_dim
-    prefill = determine_attention_backend(torch.device("cuda"), 0, False, False, bf16, bf16)
-    # dtypes q, kv, o, index; head dims qk, vo; no RoPE in the kernel, no sliding window, no soft cap, no fp16 QK
-    # reduction: what plan() passes for vLLM's bf16 paged attention
-    flags = (0, False, False, False)
-    specs = [
-        gen_batch_prefill_module(backend, bf16, bf16, bf16, torch.int32, hd, hd, *flags)
-        for backend in dict.fromkeys(("fa2", prefill))
-    ]
-    build_jit_specs(specs, verbose=False)
-
-
 def attention_flashinfer(m, n, k):
     """FlashInfer's paged wrappers as vLLM's FLASHINFER backend builds them: the decode wrapper with tensor
-    cores for one new token, the prefill wrapper otherwise; backend "auto", buffers fixed for CUDA graphs."""
+    cores for one new token, the prefill wrapper otherwise; backend "auto", buffers fixed for CUDA graphs. Their
+    JIT modules are built before this runs (launcher/child/flashinfer_build.py, started by the probe ahead of
+    everything else), unless NEMOLAUNCH_FLASHINFER_PREBUILD=0: then the wrappers compile them here, one after the
+    other."""
     import flashinfer
 
-    flashinfer_attention_modules()
     kwargs, reference = paged_inputs(m, n, k)
     table = kwargs["block_table"]
     pages = table.shape[1]
@@ -875,7 +847,8 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
         if torch.cuda.is_initialized():  # forked children could not use CUDA: start again, import nothing
             os.dup2(answers.fileno(), 1)
             os.execv(sys.executable, [sys.executable, __file__, "--serve", "--no-preload", name])
-    answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": cuda_initialized_by})
+    answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": cuda_initialized_by,
+            "t_ready": time.monotonic()})  # fmt: skip
     request = json.loads(sys.stdin.readline())
     run_isolated(
         request["jobs"],
@@ -884,6 +857,7 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
         request["parallel"],
         lambda job, result: answer({"chain": job["chain"], "kernel": job["kernel"], **result}),
         NOISE,
+        {name: Build(**b) for name, b in request.get("builds", {}).items()},
     )
     answer({"done": True})
 

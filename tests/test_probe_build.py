@@ -1,0 +1,127 @@
+"""FlashInfer's JIT builds out of the probe's set-up pool: jobs that need a build wait for it, a build that fails
+fails its kernels with its last error line, one that misses its wait limit leaves them not-built and goes on. Fake
+builds (a shell command, or the real launcher/child/flashinfer_build.py driving ninja on a fake module)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.child.isolate import Build, Turn, run_isolated
+from launcher.probe import KernelResult, rank
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher" / "child"))
+import flashinfer_build
+
+
+def started_at(job: dict[str, Any], turn: Turn) -> dict[str, Any]:
+    began = time.monotonic()
+    turn.wait()
+    return {"status": "ok", "began": began}
+
+
+def fake_build(tmp_path: Path, seconds: float, ok: bool = True) -> tuple[subprocess.Popen[bytes], Path]:
+    """A build in its own session that writes its status file (with the monotonic time it ended) after `seconds`."""
+    status = tmp_path / "attention.json"
+    code = (
+        "import json, os, sys, time\n"
+        f"time.sleep({seconds})\n"
+        f"s = {{'ok': {ok}, 'error': 'nvcc: fatal: bad flag', 'ended': time.monotonic()}}\n"
+        f"open(sys.argv[1] + '.tmp', 'w').write(json.dumps(s)); os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(status)], start_new_session=True)
+    return proc, status
+
+
+def run_with(builds: dict[str, Build], jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    run_isolated(jobs, started_at, 30, 3, lambda job, r: results.__setitem__(job["name"], r), builds=builds,
+                 poll_s=0.05)  # fmt: skip
+    return results
+
+
+def test_a_job_waiting_for_a_build_is_not_forked_before_it_is_done(tmp_path: Path) -> None:
+    proc, status = fake_build(tmp_path, 1.0)
+    build = Build(str(status), time.monotonic() + 60, str(tmp_path / "attention.log"))
+    jobs = [{"name": "flashinfer", "needs": "attention"}, {"name": "a"}, {"name": "b"}]
+    results = run_with({"attention": build}, jobs)
+    proc.wait()
+    ended = json.loads(status.read_text())["ended"]
+    assert results["flashinfer"]["status"] == "ok" and results["flashinfer"]["began"] >= ended
+    assert results["a"]["began"] < ended and results["b"]["began"] < ended  # the others did not wait for it
+    t = results["flashinfer"]["t"]
+    assert t["started"] <= t["set_up"] <= t["let_through"] <= t["ended"]
+
+
+def test_a_build_that_misses_its_limit_leaves_its_kernel_not_built_and_goes_on(tmp_path: Path) -> None:
+    proc, status = fake_build(tmp_path, 60.0)
+    try:
+        log = str(tmp_path / "attention.log")
+        build = Build(str(status), time.monotonic() + 0.5, log, "FlashInfer's attention JIT modules")
+        results = run_with({"attention": build}, [{"name": "flashinfer", "needs": "attention"}, {"name": "a"}])
+        assert results["a"]["status"] == "ok"
+        assert results["flashinfer"]["status"] == "not-built" and log in results["flashinfer"]["error"]
+        assert "FlashInfer's attention JIT modules was still building" in results["flashinfer"]["error"]
+        assert proc.poll() is None  # the build goes on for the next run
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_failed_build_fails_its_kernels_with_its_last_error_line(tmp_path: Path) -> None:
+    proc, status = fake_build(tmp_path, 0.2, ok=False)
+    build = Build(str(status), time.monotonic() + 60, str(tmp_path / "attention.log"), "FlashInfer's attention")
+    results = run_with({"attention": build}, [{"name": "flashinfer", "needs": "attention"}, {"name": "a"}])
+    proc.wait()
+    assert results["flashinfer"] == {**results["flashinfer"], "status": "failed"}
+    assert results["flashinfer"]["error"] == "FlashInfer's attention build failed: nvcc: fatal: bad flag"
+    assert results["a"]["status"] == "ok"
+
+
+class FakeSpec:
+    """What flashinfer_build.build uses of FlashInfer's JitSpec: a module whose build.ninja runs `command`."""
+
+    def __init__(self, root: Path, name: str, command: str) -> None:
+        self.name, self.is_aot, self.sources = name, False, [root / "a.cu", root / "b.cu"]
+        self.build_dir, self.lock_path = root / name, root / f"{name}.lock"
+        self.ninja_path, self.command = self.build_dir / "build.ninja", command
+
+    def write_ninja(self) -> None:
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        rule = f"rule run\n  command = {self.command} && touch $out\n"
+        self.ninja_path.write_text(rule + "build a.o: run\nbuild b.o: run\nbuild m.so: run a.o b.o\ndefault m.so\n")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_build_runs_ninja_per_module_under_flashinfers_lock(tmp_path: Path, fails: bool) -> None:
+    """The real build driver on a fake module: ninja in the module's own folder (its .ninja_log is the one a later
+    JitSpec.build_and_load reads), per-unit times from that log, the module's last error line when it fails; the
+    pool then fails the kernel with it."""
+    command = "echo 'In file included: error: no member named foo' && false" if fails else "true"
+    spec = FakeSpec(tmp_path, "batch_prefill_fa2", command)
+    flashinfer_build.build(tmp_path, "attention", [spec], time.monotonic())
+    found = json.loads((tmp_path / "attention.json").read_text())
+    assert found["ok"] is not fails and found["started"] <= found["ended"]
+    if fails:
+        assert found["error"].endswith("In file included: error: no member named foo")
+        build = Build(str(tmp_path / "attention.json"), time.monotonic() + 60, str(tmp_path / "attention.log"), "X")
+        results = run_with({"attention": build}, [{"name": "flashinfer", "needs": "attention"}])
+        assert results["flashinfer"]["status"] == "failed" and "no member named foo" in results["flashinfer"]["error"]
+    else:
+        assert sorted(name for name, _ in found["units"]) == ["a.o", "b.o", "m.so"]
+        assert (spec.build_dir / ".ninja_log").exists()
+
+
+def test_a_chain_with_a_kernel_not_built_recommends_nothing() -> None:
+    shapes = [{"m": 1, "n": 1, "k": 1, "us": 5.0, "numerics_ok": True}]
+    kernels = [
+        KernelResult("attention", "FLASH_ATTN", 0, None, None, "ok", shapes=shapes),
+        KernelResult("attention", "FLASHINFER", 1, None, None, "not-built", error="still building"),
+    ]
+    assert rank(kernels) == ({"attention": None}, {"attention": None})
