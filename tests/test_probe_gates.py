@@ -169,3 +169,48 @@ def test_flex_attention_probe_matches_the_reference_on_the_cpu_engine(engine_pyt
     assert r.returncode == 0, r.stderr[-2000:]
     errors = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(errors) == 4 and all(0 <= e < 1e-2 for e in errors.values()), errors
+
+
+# runs under the engine's Python: the FP8 MoE probes' inputs on the CPU at Qwen3-30B-A3B's expert count and top-k
+MOE_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import kernel_probe as kp
+kp.DEVICE = "cpu"
+kp.LAYER.experts, kp.LAYER.topk = 128, 8
+torch.manual_seed(0)
+started = time.monotonic()
+x, w1q, w2q, w1s, w2s, weights, ids, reference = kp.moe_fp8_inputs(16, 64, 128)
+setup_s = time.monotonic() - started
+d = kp.DISTINCT_EXPERTS
+same = lambda a, b: torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+tiled = all(same(w1q[e], w1q[e % d]) and same(w2q[e], w2q[e % d]) and w1s[e] == w1s[e % d] and w2s[e] == w2s[e % d]
+            for e in range(128))
+distinct = len({w1q[e].view(torch.uint8).sum().item() for e in range(d)})
+w1, w2 = w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None]
+naive = torch.zeros(16, 128)
+for t in range(16):
+    for j in range(8):
+        e = int(ids[t, j])
+        g, u = (x[t].float() @ w1[e].t()).chunk(2)
+        naive[t] += weights[t, j] * ((torch.nn.functional.silu(g) * u) @ w2[e].t())
+got = reference()
+misrouted = kp.moe_reference(x, w1, w2, weights, (ids + 1) % 128)
+print(json.dumps({"shapes": [list(w1q.shape), list(w2q.shape), list(w1s.shape)], "tiled": tiled, "distinct": distinct,
+                  "err": float((got - naive).norm() / naive.norm()),
+                  "misrouted": float((misrouted - naive).norm() / naive.norm()), "setup_s": setup_s}))
+"""
+
+
+@pytest.mark.engine
+def test_moe_inputs_quantize_a_few_experts_and_tile_them(engine_python: Path) -> None:
+    """Qwen3-30B-A3B's 128 experts: 4 distinct experts quantized, tiled over all 128 (each its own copy), the
+    float32 reference from the same dequantized weights matches a token-by-token one, and a kernel routing every
+    token to the next expert would fail the check."""
+    r = subprocess.run([engine_python, "-c", MOE_SCRIPT, str(CHILD)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    assert found["shapes"] == [[128, 128, 128], [128, 128, 64], [128]]
+    assert found["tiled"] and found["distinct"] == 4
+    assert found["err"] < 1e-5 and found["misrouted"] > 0.5, found

@@ -350,26 +350,44 @@ LAYER = SimpleNamespace(experts=8, topk=2, heads=32, kv_heads=8, head_dim=128, s
 
 
 def moe_routing(m):
-    weights, ids = torch.topk(torch.softmax(torch.randn(m, LAYER.experts, device="cuda"), -1), LAYER.topk)
+    weights, ids = torch.topk(torch.softmax(torch.randn(m, LAYER.experts, device=DEVICE), -1), LAYER.topk)
     return weights, ids.to(torch.int32)
 
 
 def moe_reference(x, w1, w2, weights, ids):
-    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N]."""
+    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N]; only the routed experts."""
     ref = torch.zeros(x.shape[0], w2.shape[1], device=x.device)
     for j in range(ids.shape[1]):
-        for ex in range(w1.shape[0]):
+        for ex in ids[:, j].unique().tolist():
             rows = ids[:, j] == ex
-            if rows.any():
-                g, u = (x[rows].float() @ w1[ex].float().t()).chunk(2, dim=-1)
-                ref[rows] += weights[rows, j, None] * ((torch.nn.functional.silu(g) * u) @ w2[ex].float().t())
+            g, u = (x[rows].float() @ w1[ex].float().t()).chunk(2, dim=-1)
+            ref[rows] += weights[rows, j, None] * ((torch.nn.functional.silu(g) * u) @ w2[ex].float().t())
     return ref
 
 
-def moe_bf16_weights(n, k):
-    w1 = torch.randn(LAYER.experts, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    w2 = torch.randn(LAYER.experts, k, n, device="cuda", dtype=torch.bfloat16) / n**0.5
+# experts with weights of their own; the others repeat them (expert e is a copy of expert e % DISTINCT_EXPERTS).
+# A kernel reads every routed expert's bytes whatever their values, so its time is the same, while quantizing
+# and repacking 4 experts instead of all of them (Qwen3-30B-A3B has 128) cuts the set-up; routing a token to the
+# wrong expert still shows in the numerics check (3 in 4 wrong experts hold other weights)
+DISTINCT_EXPERTS = 4
+
+
+def tile_experts(t: torch.Tensor) -> torch.Tensor:
+    """[d, ...] per distinct expert -> [E, ...], expert e a copy of t[e % d] (its own memory, like a real one)."""
+    reps = -(-LAYER.experts // t.shape[0])
+    return t.repeat(reps, *([1] * (t.dim() - 1)))[: LAYER.experts].contiguous()
+
+
+def moe_distinct_weights(n, k):
+    """The distinct experts' bf16 weights: w1 [d, 2N, K], w2 [d, K, N]."""
+    d = min(LAYER.experts, DISTINCT_EXPERTS)
+    w1 = torch.randn(d, 2 * n, k, device=DEVICE, dtype=torch.bfloat16) / k**0.5
+    w2 = torch.randn(d, k, n, device=DEVICE, dtype=torch.bfloat16) / n**0.5
     return w1, w2
+
+
+def moe_bf16_weights(n, k):
+    return tuple(map(tile_experts, moe_distinct_weights(n, k)))
 
 
 def moe_triton_bf16(m, n, k):
@@ -384,12 +402,12 @@ def moe_triton_bf16(m, n, k):
 
 def moe_fp8_inputs(m, n, k):
     """FP8 expert weights with one scale per expert; the reference uses the dequantized weights."""
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w1, w2 = moe_bf16_weights(n, k)
-    q1, s1 = zip(*(quantize_fp8(w1[i], per_row=False) for i in range(LAYER.experts)), strict=True)
-    q2, s2 = zip(*(quantize_fp8(w2[i], per_row=False) for i in range(LAYER.experts)), strict=True)
-    w1q, w2q = torch.stack(q1), torch.stack(q2)
-    w1s, w2s = torch.stack(s1).float().reshape(LAYER.experts), torch.stack(s2).float().reshape(LAYER.experts)
+    x = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+    w1, w2 = moe_distinct_weights(n, k)
+    q1, s1 = zip(*(quantize_fp8(w, per_row=False) for w in w1), strict=True)
+    q2, s2 = zip(*(quantize_fp8(w, per_row=False) for w in w2), strict=True)
+    w1q, w2q = tile_experts(torch.stack(q1)), tile_experts(torch.stack(q2))
+    w1s, w2s = (tile_experts(torch.stack(sc).float().reshape(-1)) for sc in (s1, s2))
     weights, ids = moe_routing(m)
     dequantized = (w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None])
     return x, w1q, w2q, w1s, w2s, weights, ids, lambda: moe_reference(x, *dequantized, weights, ids)
@@ -523,11 +541,11 @@ def moe_marlin(quant: str):
             return ref.t(), q, s, None
 
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w1, w2 = moe_bf16_weights(n, k)
-        p1 = list(zip(*(quantize(w1[i]) for i in range(LAYER.experts)), strict=True))
-        p2 = list(zip(*(quantize(w2[i]) for i in range(LAYER.experts)), strict=True))
-        (r1, q1, s1), (r2, q2, s2) = (map(torch.stack, p[:3]) for p in (p1, p2))
-        g1, g2 = (torch.stack(p[3]).reshape(LAYER.experts) if quant == "nvfp4" else None for p in (p1, p2))
+        w1, w2 = moe_distinct_weights(n, k)  # quantized and repacked once per distinct expert, then tiled
+        p1 = list(zip(*(quantize(w) for w in w1), strict=True))
+        p2 = list(zip(*(quantize(w) for w in w2), strict=True))
+        (r1, q1, s1), (r2, q2, s2) = ([tile_experts(torch.stack(t)) for t in p[:3]] for p in (p1, p2))
+        g1, g2 = (tile_experts(torch.stack(p[3]).reshape(-1)) if quant == "nvfp4" else None for p in (p1, p2))
         weights, ids = moe_routing(m)
         kind = scalar_types.float4_e2m1f if quant == "nvfp4" else scalar_types.float8_e4m3fn
 
