@@ -354,14 +354,17 @@ def moe_routing(m):
     return weights, ids.to(torch.int32)
 
 
-def moe_reference(x, w1, w2, weights, ids):
-    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N]; only the routed experts."""
+def moe_reference(x, w1, w2, weights, ids, s1=None, s2=None):
+    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N], each expert's weight times
+    its scale in s1 / s2 if given (dequantized as it is used); only the routed experts."""
     ref = torch.zeros(x.shape[0], w2.shape[1], device=x.device)
     for j in range(ids.shape[1]):
         for ex in ids[:, j].unique().tolist():
             rows = ids[:, j] == ex
-            g, u = (x[rows].float() @ w1[ex].float().t()).chunk(2, dim=-1)
-            ref[rows] += weights[rows, j, None] * ((torch.nn.functional.silu(g) * u) @ w2[ex].float().t())
+            a = w1[ex].float() * (1.0 if s1 is None else s1[ex])
+            b = w2[ex].float() * (1.0 if s2 is None else s2[ex])
+            g, u = (x[rows].float() @ a.t()).chunk(2, dim=-1)
+            ref[rows] += weights[rows, j, None] * ((torch.nn.functional.silu(g) * u) @ b.t())
     return ref
 
 
@@ -409,8 +412,7 @@ def moe_fp8_inputs(m, n, k):
     w1q, w2q = tile_experts(torch.stack(q1)), tile_experts(torch.stack(q2))
     w1s, w2s = (tile_experts(torch.stack(sc).float().reshape(-1)) for sc in (s1, s2))
     weights, ids = moe_routing(m)
-    dequantized = (w1q.float() * w1s[:, None, None], w2q.float() * w2s[:, None, None])
-    return x, w1q, w2q, w1s, w2s, weights, ids, lambda: moe_reference(x, *dequantized, weights, ids)
+    return x, w1q, w2q, w1s, w2s, weights, ids, lambda: moe_reference(x, w1q, w2q, weights, ids, w1s, w2s)
 
 
 def moe_triton_fp8(m, n, k):
