@@ -5,16 +5,20 @@
 # "Fresh" is made real by pointing FlashInfer's, Triton's, torch inductor's and CUDA's caches at empty folders for
 # each fresh run; the warm run of each model reuses the folders its fresh run filled. Writes to OUTDIR: the
 # probe reports (probe-*.json, small), their logs, times.txt and summary.txt; prints the summary last.
-# Wall-clock: at most 6.5 minutes. Each step has a limit (sanity 15 s, fresh dense 120 (the target), fresh MoE 120,
-# warm dense 50, warm MoE 60: 365 s, each +3 s if it ignores Ctrl-C), then the summary; expected about 5 minutes.
+# Order: dense fresh, dense warm, MoE fresh, MoE warm. After each fresh run the script waits (at most 20 s) for the
+# FlashInfer JIT build that run started (it goes on in the background when the probe's --build-wait ends), so the
+# warm run reuses the completed build; times.txt says whether it completed. probe's report carries the timeline
+# (harness ready, chains read, each build and each kernel's start / set-up done / let through / end), printed last.
+# Wall-clock: at most 6.5 minutes (sanity 15 s, fresh 120 (the target) + wait 20 + warm 50, twice: 395 s, each
+# run +3 s if it ignores Ctrl-C), then the summary; expected about 5 minutes.
 # A run past its limit gets Ctrl-C: probe keeps what it measured (exit 130), the summary shows what it cut off.
-# The comparison without FlashInfer's one-ninja-run prebuild (NEMOLAUNCH_FLASHINFER_PREBUILD=0, attention only)
+# The comparison without the out-of-pool FlashInfer build (NEMOLAUNCH_FLASHINFER_PREBUILD=0, attention only)
 # runs last, only if 140 s are left before the 6.5-minute mark (so in practice only after fast fresh runs).
 set -u
 out=${1:?usage: gpu_probe.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-budget_end=$(( $(date +%s) + 390 ))
+budget_end=$(( $(date +%s) + 395 ))
 caches=$(mktemp -d /tmp/nemolaunch-gpu-probe.XXXXXX)
 export PYTHONUNBUFFERED=1
 models=tests/fixtures/models
@@ -48,16 +52,16 @@ probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
 
 use_caches dense
 probe dense-fresh 120 --model "$models/llama-3.1-8b-instruct" --quantization fp8
-use_caches moe
-probe moe-fresh 120 --model "$models/qwen3-30b-a3b" --quantization fp8
-use_caches dense
+python3 benchmarks/probe_wait_builds.py "$out/probe-dense-fresh.json" dense-fresh 20 | tee -a "$out/times.txt"
 probe dense-warm 50 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 use_caches moe
-probe moe-warm 60 --model "$models/qwen3-30b-a3b" --quantization fp8
+probe moe-fresh 120 --model "$models/qwen3-30b-a3b" --quantization fp8
+python3 benchmarks/probe_wait_builds.py "$out/probe-moe-fresh.json" moe-fresh 20 | tee -a "$out/times.txt"
+probe moe-warm 50 --model "$models/qwen3-30b-a3b" --quantization fp8
 du -sh "$caches"/*/flashinfer 2>/dev/null | tee -a "$out/times.txt"
 
-# optional: the fresh attention chain with FlashInfer's two modules compiled by its wrappers one after the other
-# (the probe builds them in one ninja run); its FLASHINFER set-up against dense-fresh's is what that run saves
+# optional: the fresh attention chain with FlashInfer's two modules compiled by its wrappers one after the other,
+# inside the set-up pool (the probe's default builds them first, outside it)
 left=$(( budget_end - $(date +%s) - 10 ))
 if [ "$left" -ge 140 ]; then
     use_caches attention-no-prebuild

@@ -1,6 +1,8 @@
 """The summary benchmarks/gpu_probe.sh prints last: per run its wall-clock, exit code, the chains it probed, how
 many kernels were ok / failed / unsupported (and other statuses), FlashInfer's attention set-up (its JIT compile
-on a fresh machine); then, per run, every kernel that ran or was stopped for a reason of its own.
+on a fresh machine); then, per run, every kernel that ran or was stopped for a reason of its own, and the run's
+timeline (seconds from its start): harness ready, chains read, each FlashInfer JIT build (with its slowest
+compile units), then one line per kernel, sorted by start: started, set-up done, let through, ended.
 
     python3 benchmarks/probe_summary.py OUTDIR      (reads OUTDIR/times.txt and OUTDIR/probe-LABEL.json)
 """
@@ -34,6 +36,34 @@ def worth_listing(k: dict[str, Any]) -> bool:
     return not (k.get("status") == "not-probed" and (not error or "no probe" in error or k.get("kernel") in NOT_PROBED))
 
 
+def at(t: Any) -> str:
+    return f"{t:6.1f}" if isinstance(t, (int, float)) else "     -"
+
+
+def timeline(report: dict[str, Any]) -> list[str]:
+    """Where the time went, compactly."""
+    tl = report.get("timeline") or {}
+    lines = [f"  timeline: harness ready {tl.get('harness_ready', '-')} s, chains read {tl.get('chains_read', '-')} s"]
+    for name, b in (tl.get("builds") or {}).items():
+        slow = sorted(b.get("units") or [], key=lambda u: -u[1])[:3]
+        units = ", ".join(f"{u} {s} s" for u, s in slow)
+        lines.append(
+            f"  build {name}: {b.get('status')} {b.get('started')}-{b.get('ended')} s"
+            f"{'  slowest: ' + units if units else ''}{'  ' + (b.get('error') or '')[:100] if b.get('error') else ''}"
+        )
+    ran = [k for k in report.get("kernels", []) if k.get("timeline")]
+    ran.sort(key=lambda k: (k["timeline"].get("started") is None, k["timeline"].get("started") or 0))
+    if ran:
+        lines.append(f"  {'started':>7} {'set up':>6} {'through':>7} {'ended':>6}  kernel")
+    for k in ran:
+        t = k["timeline"]
+        lines.append(
+            f"  {at(t.get('started')):>7} {at(t.get('set_up'))} {at(t.get('let_through')):>7} {at(t.get('ended'))}"
+            f"  {k.get('chain', '?')}: {k.get('kernel', '?')} {k.get('status')}"
+        )
+    return lines
+
+
 def summarize(out: Path) -> str:
     times = {m[1]: (int(m[2]), float(m[3])) for m in TIME_LINE.finditer((out / "times.txt").read_text())}
     lines = [f"{'run':28} {'wall s':>7} {'exit':>4} {'report s':>8}  {'chains':28} ok/failed/unsupported (other)  "
@@ -62,6 +92,7 @@ def summarize(out: Path) -> str:
                 f"  {k.get('chain', '?'):11} {k.get('kernel', '?')[:36]:36} {k.get('status', '?'):11} "
                 f"{k.get('seconds', 0):>6} s  set-up {k.get('setup_s')}  {(k.get('error') or '')[:110]}"
             )
+        lines += timeline(report)
     return "\n".join(lines)
 
 

@@ -125,3 +125,37 @@ def test_a_chain_with_a_kernel_not_built_recommends_nothing() -> None:
         KernelResult("attention", "FLASHINFER", 1, None, None, "not-built", error="still building"),
     ]
     assert rank(kernels) == ({"attention": None}, {"attention": None})
+
+
+def test_the_gpu_summary_prints_the_timeline_sorted_by_start(tmp_path: Path) -> None:
+    """benchmarks/probe_summary.py: the builds with their slowest compile units, then one line per kernel in the
+    order the kernels started; benchmarks/probe_wait_builds.py says a build left running was not done."""
+    kernels = [
+        {"chain": "attention", "kernel": "FLASHINFER", "status": "not-built", "timeline": {"started": None,
+         "set_up": None, "let_through": None, "ended": 100.2}},
+        {"chain": "attention", "kernel": "FLASH_ATTN", "status": "ok", "timeline": {"started": 9.5, "set_up": 20.0,
+         "let_through": 21.0, "ended": 22.5}},
+        {"chain": "fp8_dense", "kernel": "bf16 (unquantized baseline)", "status": "ok", "timeline": {"started": 8.0,
+         "set_up": 9.0, "let_through": 9.1, "ended": 9.6}},
+    ]  # fmt: skip
+    log = tmp_path / "attention.log"
+    build = {"status": "running", "started": 0.4, "ended": None, "error": None, "log": str(log),
+             "units": [["a.cuda.o", 12.0], ["b.cuda.o", 95.5]]}  # fmt: skip
+    report = {
+        "kernels": kernels,
+        "timeline": {"harness_ready": 7.9, "chains_read": 6.1, "builds": {"attention": build}},
+    }
+    (tmp_path / "probe-dense-fresh.json").write_text(json.dumps(report))
+    (tmp_path / "times.txt").write_text("dense-fresh exit 0 in 101.0 s (limit 120 s)\n")
+    bench = Path(__file__).parents[1] / "benchmarks"
+    r = subprocess.run(
+        [sys.executable, bench / "probe_summary.py", tmp_path], capture_output=True, text=True, check=True
+    )
+    lines = r.stdout.split("timeline: ", 1)[1].splitlines()
+    assert lines[0] == "harness ready 7.9 s, chains read 6.1 s"
+    assert lines[1].startswith("  build attention: running 0.4-None s  slowest: b.cuda.o 95.5 s, a.cuda.o 12.0 s")
+    order = [line.split("  ")[-1].split(":")[1].strip() for line in lines[3:]]
+    assert order == ["bf16 (unquantized baseline) ok", "FLASH_ATTN ok", "FLASHINFER not-built"]
+    w = subprocess.run([sys.executable, bench / "probe_wait_builds.py", tmp_path / "probe-dense-fresh.json", "dense",
+                        "0.5"], capture_output=True, text=True, check=True)  # fmt: skip
+    assert w.stdout.startswith("dense builds: attention NOT done after waiting")
