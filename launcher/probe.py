@@ -369,7 +369,10 @@ def build_timeline(build: dict[str, Any], start: float) -> dict[str, Any]:
         k: round(found[k] - start, 1) if isinstance(found.get(k), (int, float)) else None for k in ("started", "ended")
     }
     status = "running" if not found else ("done" if found.get("ok") else "failed")
-    return {"status": status, **rel, "error": found.get("error"), "log": build["log"], "units": found.get("units", [])}
+    if found.get("not_prebuilt"):
+        status = "not prebuilt"
+    error = found.get("error") or found.get("not_prebuilt")
+    return {"status": status, **rel, "error": error, "log": build["log"], "units": found.get("units", [])}
 
 
 def slow_first(k: KernelResult) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from launcher.child.isolate import Build, Turn, run_isolated
-from launcher.probe import KernelResult, rank
+from launcher.probe import KernelResult, Layer, rank
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher" / "child"))
 import flashinfer_build
@@ -159,3 +159,32 @@ def test_the_gpu_summary_prints_the_timeline_sorted_by_start(tmp_path: Path) -> 
     w = subprocess.run([sys.executable, bench / "probe_wait_builds.py", tmp_path / "probe-dense-fresh.json", "dense",
                         "0.5"], capture_output=True, text=True, check=True)  # fmt: skip
     assert w.stdout.startswith("dense builds: attention NOT done after waiting")
+
+
+def test_the_probe_starts_the_builds_its_kernels_need_in_their_own_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start_builds with this interpreter (no FlashInfer): one build process, in a session of its own, for the
+    attention and FP8 GEMM modules; it says it prebuilt nothing (so the kernels go ahead and report their own
+    error); the report's timeline says so; NEMOLAUNCH_FLASHINFER_PREBUILD=0 starts none."""
+    from launcher import chains as chain_table
+    from launcher.probe import build_timeline, start_builds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("NEMOLAUNCH_FLASHINFER_PREBUILD")
+    start = time.monotonic()
+    builds = start_builds(Path(sys.executable), chain_table.all_chains(), Layer(), start + 60)
+    assert sorted(builds) == ["attention", "gemm"]
+    for b in builds.values():
+        status = Path(b["status"])
+        while not status.exists() and time.monotonic() - start < 60:
+            time.sleep(0.1)
+        line = build_timeline(b, start)
+        assert line["status"] == "not prebuilt" and "ModuleNotFoundError" in line["error"], line
+        assert json.loads(status.read_text())["own_session"] is True
+        assert line["started"] is not None and line["started"] <= line["ended"]
+    results = run_with({m: Build(b["status"], b["wait_until"], b["log"]) for m, b in builds.items()},
+                       [{"name": "flashinfer", "needs": "attention"}])  # fmt: skip
+    assert results["flashinfer"]["status"] == "ok"  # not held back: its own first call would compile (or fail)
+    monkeypatch.setenv("NEMOLAUNCH_FLASHINFER_PREBUILD", "0")
+    assert start_builds(Path(sys.executable), chain_table.all_chains(), Layer(), start + 60) == {}
