@@ -44,6 +44,11 @@ def timeline(report: dict[str, Any]) -> list[str]:
     """Where the time went, compactly."""
     tl = report.get("timeline") or {}
     lines = [f"  timeline: harness ready {tl.get('harness_ready', '-')} s, chains read {tl.get('chains_read', '-')} s"]
+    preload = tl.get("harness_preload_s") or {}
+    if preload:
+        slow = ", ".join(f"{n.rsplit('.', 1)[-1]} {t}" for n, t in sorted(preload.items(), key=lambda i: -i[1])[:4])
+        skipped = tl.get("harness_preload_skipped")
+        lines[0] += f"; preloads {sum(preload.values()):.1f} s ({slow}){f', skipped {skipped}' if skipped else ''}"
     for name, b in (tl.get("builds") or {}).items():
         slow = sorted(b.get("units") or [], key=lambda u: -u[1])[:3]
         units = ", ".join(f"{u} {s} s" for u, s in slow)

@@ -410,6 +410,8 @@ def _probe_all(
         )
     if isinstance(hello.get("t_ready"), (int, float)):
         timeline["harness_ready"] = round(hello["t_ready"] - start, 1)
+    timeline["harness_preload_s"] = hello.get("preload_s")
+    timeline["harness_preload_skipped"] = hello.get("cuda_initialized_by")  # they initialized CUDA
     probed = {tuple(pair) for pair in hello["kernels"]}
     waiting: dict[tuple[str, str], KernelResult] = {}
     for k in kernels:

@@ -6,8 +6,9 @@
                                       (isolate.py) and prints one JSON line per kernel as it ends, then
                                       {"done": true}
 
-If importing a module initializes CUDA (forked children could not use the GPU then), the harness starts again
-without importing anything up front and each child imports what it needs.
+If importing a preloaded module initializes CUDA (forked children could not use the GPU then), the harness starts
+again without that module (the children that need it import it themselves); the hello says which and how long each
+preload took.
 
 Each kernel is called through the library call vLLM uses for it. Inputs are fresh random values, never zeros;
 where a kernel writes into a buffer it is given, the buffer is poisoned with NaN first so an unwritten element
@@ -849,7 +850,8 @@ def probe(spec: dict, turn) -> dict:
     return {"status": "ok" if ok else "wrong", "shapes": shapes, "setup_s": setup_s}
 
 
-def serve(preload: bool, cuda_initialized_by: str | None) -> None:
+def serve(skip: list[str]) -> None:
+    """`skip`: preloads left out because importing them initialized CUDA (the harness started again without them)."""
     # answers go to the original stdout; everything else printed to stdout (vLLM logs there) goes to stderr
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -859,16 +861,19 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
         answers.flush()
 
     errors: dict[str, str] = {}
-    for name in PRELOAD if preload else ():
+    took: dict[str, float] = {}
+    for name in (n for n in PRELOAD if n not in skip):
+        started = time.monotonic()
         try:
             importlib.import_module(name)
         except Exception as e:  # the child that needs it will fail on the same import and say so
             errors[name] = f"{type(e).__name__}: {e}"[:200]
-        if torch.cuda.is_initialized():  # forked children could not use CUDA: start again, import nothing
+        took[name] = round(time.monotonic() - started, 2)
+        if torch.cuda.is_initialized():  # forked children could not use CUDA: start again without this one
             os.dup2(answers.fileno(), 1)
-            os.execv(sys.executable, [sys.executable, __file__, "--serve", "--no-preload", name])
-    answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": cuda_initialized_by,
-            "t_ready": time.monotonic()})  # fmt: skip
+            os.execv(sys.executable, [sys.executable, __file__, "--serve", "--skip", ",".join([*skip, name])])
+    answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": skip or None,
+            "preload_s": took, "t_ready": time.monotonic()})  # fmt: skip
     request = json.loads(sys.stdin.readline())
     run_isolated(
         request["jobs"],
@@ -883,5 +888,5 @@ def serve(preload: bool, cuda_initialized_by: str | None) -> None:
 
 
 if __name__ == "__main__":
-    no_preload = sys.argv[2:3] == ["--no-preload"]  # after a module initialized CUDA: see serve()
-    serve(preload=not no_preload, cuda_initialized_by=sys.argv[3] if no_preload else None)
+    skipped = sys.argv[3].split(",") if sys.argv[2:3] == ["--skip"] else []  # after a preload initialized CUDA
+    serve(skipped)
