@@ -5,11 +5,11 @@
 # "Fresh" is made real by pointing FlashInfer's, Triton's, torch inductor's and CUDA's caches at empty folders for
 # each fresh run; the warm run of each model reuses the folders its fresh run filled. Writes to OUTDIR: the
 # probe reports (probe-*.json, small), their logs, times.txt and summary.txt; prints the summary last.
-# Order: dense fresh, dense warm, MoE fresh, MoE warm. After each fresh run the script waits (at most 20 s) for the
+# Order: dense fresh, dense warm, MoE fresh, MoE warm. After each fresh run the script waits (at most 15 s) for the
 # FlashInfer JIT build that run started (it goes on in the background when the probe's --build-wait ends), so the
 # warm run reuses the completed build; times.txt says whether it completed. probe's report carries the timeline
 # (harness ready, chains read, each build and each kernel's start / set-up done / let through / end), printed last.
-# Wall-clock: at most 6.5 minutes (sanity 15 s, fresh 120 (the target) + wait 20 + warm 50, twice: 395 s, each
+# Wall-clock: at most 6.5 minutes (sanity 15 s, fresh 120 + wait 15 + warm 45 (the targets), twice: 375 s, each
 # run +3 s if it ignores Ctrl-C), then the summary; expected about 5 minutes.
 # A run past its limit gets Ctrl-C: probe keeps what it measured (exit 130), the summary shows what it cut off.
 # The comparison without the out-of-pool FlashInfer build (NEMOLAUNCH_FLASHINFER_PREBUILD=0, attention only)
@@ -18,7 +18,7 @@ set -u
 out=${1:?usage: gpu_probe.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-budget_end=$(( $(date +%s) + 395 ))
+budget_end=$(( $(date +%s) + 390 ))
 caches=$(mktemp -d /tmp/nemolaunch-gpu-probe.XXXXXX)
 export PYTHONUNBUFFERED=1
 models=tests/fixtures/models
@@ -52,12 +52,12 @@ probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
 
 use_caches dense
 probe dense-fresh 120 --model "$models/llama-3.1-8b-instruct" --quantization fp8
-python3 benchmarks/probe_wait_builds.py "$out/probe-dense-fresh.json" dense-fresh 20 | tee -a "$out/times.txt"
-probe dense-warm 50 --model "$models/llama-3.1-8b-instruct" --quantization fp8
+python3 benchmarks/probe_wait_builds.py "$out/probe-dense-fresh.json" dense-fresh 15 | tee -a "$out/times.txt"
+probe dense-warm 45 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 use_caches moe
 probe moe-fresh 120 --model "$models/qwen3-30b-a3b" --quantization fp8
-python3 benchmarks/probe_wait_builds.py "$out/probe-moe-fresh.json" moe-fresh 20 | tee -a "$out/times.txt"
-probe moe-warm 50 --model "$models/qwen3-30b-a3b" --quantization fp8
+python3 benchmarks/probe_wait_builds.py "$out/probe-moe-fresh.json" moe-fresh 15 | tee -a "$out/times.txt"
+probe moe-warm 45 --model "$models/qwen3-30b-a3b" --quantization fp8
 du -sh "$caches"/*/flashinfer 2>/dev/null | tee -a "$out/times.txt"
 
 # optional: the fresh attention chain with FlashInfer's two modules compiled by its wrappers one after the other,

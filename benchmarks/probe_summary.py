@@ -90,6 +90,7 @@ def summarize(out: Path) -> str:
             f"{flashinfer_setup_s(report)}"
         )
         details.append((label, report))
+    lines += [line for line in (out / "times.txt").read_text().splitlines() if " builds: " in line]
     for label, report in details:
         lines.append(f"\n{label}: recommended {report.get('recommended')}")
         for k in filter(worth_listing, report.get("kernels", [])):

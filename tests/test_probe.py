@@ -252,23 +252,39 @@ def test_cpu_machine_lists_chains_then_exits_3(
 
 
 @pytest.mark.engine
-def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path) -> None:
+def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path, tmp_path: Path) -> None:
     """The real harness under the CPU engine: it imports torch and vLLM, forks a child per kernel and answers
     for each (here: CUDA is missing, which each child reports as its own failure); kernels it has no probe for
-    say why without running."""
+    say why without running. The FlashInfer kernels wait for their builds: a failed one fails its kernel with its
+    last error line, one still running at its limit leaves its kernel not-built; every answer has its
+    run-relative timeline."""
     kernels = [
         KernelResult("fp8_dense", "PerTensorTorchFP8ScaledMMLinearKernel", 3, True, None, "not-probed"),
         KernelResult("fp8_moe", "MARLIN", 6, None, None, "not-probed"),
         KernelResult("fp8_moe", "DEEPGEMM", 3, None, None, "not-probed"),
+        KernelResult("attention", "FLASHINFER", 2, None, None, "not-probed"),
+        KernelResult("fp8_dense", "FlashInferFP8ScaledMMLinearKernel", 1, None, None, "not-probed"),
     ]
+    (tmp_path / "attention.json").write_text(json.dumps({"ok": False, "error": "nvcc fatal: Unsupported gpu"}))
+    start = time.monotonic()
+    builds = {
+        m: {"status": str(tmp_path / f"{m}.json"), "wait_until": start + 1, "log": str(tmp_path / f"{m}.log"),
+            "label": m}
+        for m in ("attention", "gemm")
+    }  # fmt: skip
     seen: list[str] = []
+    timeline: dict[str, Any] = {}
     with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
-        interrupted = _probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append)
+        interrupted = _probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append, builds, start, timeline)
     assert not interrupted
     for k in kernels[:2]:
         assert k.status == "failed" and "CUDA" in (k.error or ""), k
+        assert 0 <= (k.timeline["started"] or -1) <= (k.timeline["ended"] or -1), k.timeline
     assert kernels[2].status == "not-probed" and "block-scaled" in (kernels[2].error or "")
-    assert len([line for line in seen if ": failed (" in line]) == 2
+    assert kernels[3].status == "failed" and kernels[3].error == "attention build failed: nvcc fatal: Unsupported gpu"
+    assert kernels[4].status == "not-built" and str(tmp_path / "gemm.log") in (kernels[4].error or "")
+    assert len([line for line in seen if ": failed (" in line]) == 3
+    assert timeline["harness_ready"] > 0 and "vllm._custom_ops" in timeline["harness_preload_s"]
 
 
 class InterruptedHarness:
