@@ -376,9 +376,10 @@ def build_timeline(build: dict[str, Any], start: float) -> dict[str, Any]:
 
 
 def slow_first(k: KernelResult) -> int:
-    """Longest set-ups first, so they overlap everything else: FlashInfer compiles its kernels on first use
-    (114-125 s for its attention on a fresh H200, 36-53 s for its FP8 GEMM), FLEX_ATTENTION is built by
-    torch.compile, MoE set-ups quantize every expert."""
+    """Longest set-ups first, so they overlap everything else: FlashInfer's kernels (dispatched as soon as their
+    JIT build is done; without the build, NEMOLAUNCH_FLASHINFER_PREBUILD=0, they compile in their slot: 114-145 s
+    for its attention on a fresh H200, 48-54 s for its FP8 GEMM), FLEX_ATTENTION (torch.compile, 37-41 s), then
+    the MoE set-ups (25-30 s each on the H200 when they quantized every expert)."""
     if "flashinfer" in k.kernel.lower() or k.kernel == "FLEX_ATTENTION":
         return 0
     return 1 if k.chain.endswith("_moe") else 2
