@@ -50,11 +50,21 @@ probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
         | tee -a "$out/times.txt"
 }
 
+cold() {  # a fresh machine's disk too: the page cache dropped (root only; said in times.txt either way)
+    if sync && echo 3 2>/dev/null > /proc/sys/vm/drop_caches; then
+        echo "$1: page cache dropped before it" >> "$out/times.txt"
+    else
+        echo "$1: page cache NOT dropped (not root?): imports read a warm disk" >> "$out/times.txt"
+    fi
+}
+
 use_caches dense
+cold dense-fresh
 probe dense-fresh 120 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 python3 benchmarks/probe_wait_builds.py "$out/probe-dense-fresh.json" dense-fresh 15 | tee -a "$out/times.txt"
 probe dense-warm 45 --model "$models/llama-3.1-8b-instruct" --quantization fp8
 use_caches moe
+cold moe-fresh
 probe moe-fresh 120 --model "$models/qwen3-30b-a3b" --quantization fp8
 python3 benchmarks/probe_wait_builds.py "$out/probe-moe-fresh.json" moe-fresh 15 | tee -a "$out/times.txt"
 probe moe-warm 45 --model "$models/qwen3-30b-a3b" --quantization fp8
