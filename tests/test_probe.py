@@ -274,7 +274,8 @@ def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path, t
     }  # fmt: skip
     seen: list[str] = []
     timeline: dict[str, Any] = {}
-    with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
+    chains = "fp8_dense,attention"  # no MoE chain: its modules are not preloaded
+    with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve", "--chains", chains]) as harness:
         interrupted = _probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append, builds, start, timeline)
     assert not interrupted
     for k in kernels[:2]:
@@ -285,6 +286,10 @@ def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path, t
     assert kernels[4].status == "not-built" and str(tmp_path / "gemm.log") in (kernels[4].error or "")
     assert len([line for line in seen if ": failed (" in line]) == 3
     assert timeline["harness_ready"] > 0 and "vllm._custom_ops" in timeline["harness_preload_s"]
+    preloaded = set(timeline["harness_preload_s"])
+    assert "vllm.v1.attention.ops.triton_unified_attention" in preloaded
+    # MoE modules only for MoE chains; flashinfer never (importing it initializes CUDA: the harness would start again)
+    assert not any("fused_moe" in m for m in preloaded) and "flashinfer" not in preloaded
 
 
 class InterruptedHarness:

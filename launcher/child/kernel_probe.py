@@ -1,6 +1,8 @@
 """The probe harness: set up, check and time kernels of vLLM's chains on this GPU.
 
-    python kernel_probe.py --serve    imports torch and vLLM once, prints {"kernels": [...]}, reads one request
+    python kernel_probe.py --serve [--chains A,B]
+                                      imports torch and vLLM once (the modules of those chains), prints
+                                      {"kernels": [...]}, reads one request
                                       {"jobs": [{"chain", "kernel", "shapes": [[M, N, K], ...], "layer": {...}}],
                                       "timeout_s", "parallel"} on stdin, runs each job in a forked child
                                       (isolate.py) and prints one JSON line per kernel as it ends, then
@@ -40,18 +42,34 @@ FP8_MAX = 448.0
 BOUND = {"bf16": 1e-2, "fp8-internal": 6e-2}
 # lines a kernel prints when an autotuner skips tactics or a library falls back: counted per kernel
 NOISE = re.compile(r"Skipping tactic|\[Autotuner\]|Error Internal|UserWarning|falling back", re.IGNORECASE)
-# imported once by the harness so that each forked child starts warm
-PRELOAD = (
-    "vllm._custom_ops",
-    "vllm.model_executor.layers.fused_moe",
-    "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
-    "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
-    "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",
-    "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",
-    "vllm.v1.attention.ops.triton_unified_attention",
-    "vllm.vllm_flash_attn",
-    "flashinfer",
-)
+# imported once by the harness so that each forked child starts warm, per chain (only the chains of this run:
+# on the H200, warm, vllm._custom_ops took 8-10 s and fused_moe 8-9 s). Not flashinfer: importing it (0.6.14)
+# initializes CUDA, so the harness had to start again and import everything twice (harness ready at 42-55 s
+# instead of ~20, H200 2026-12-02); the FlashInfer kernels' children import it themselves.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "": ("vllm._custom_ops",),
+    "fp8_dense": ("vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",),
+    "nvfp4_dense": ("vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",),
+    "fp8_moe": (
+        "vllm.model_executor.layers.fused_moe",
+        "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
+        "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
+        "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",
+    ),
+    "nvfp4_moe": (
+        "vllm.model_executor.layers.fused_moe",
+        "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
+        "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
+        "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",
+    ),
+    "attention": ("vllm.v1.attention.ops.triton_unified_attention", "vllm.vllm_flash_attn"),
+}
+
+
+def preloads(chains: list[str] | None) -> list[str]:
+    """The modules to import up front for these chains (every chain's when None), each once, in order."""
+    picked = [""] + (list(PRELOAD) if chains is None else chains)
+    return list(dict.fromkeys(m for c in picked for m in PRELOAD.get(c, ())))
 
 
 def capability() -> int:
@@ -850,8 +868,9 @@ def probe(spec: dict, turn) -> dict:
     return {"status": "ok" if ok else "wrong", "shapes": shapes, "setup_s": setup_s}
 
 
-def serve(skip: list[str]) -> None:
-    """`skip`: preloads left out because importing them initialized CUDA (the harness started again without them)."""
+def serve(skip: list[str], chains: list[str] | None) -> None:
+    """`skip`: preloads left out because importing them initialized CUDA (the harness started again without them);
+    `chains`: the chains this run probes (their preloads only; None: every chain's)."""
     # answers go to the original stdout; everything else printed to stdout (vLLM logs there) goes to stderr
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -862,7 +881,7 @@ def serve(skip: list[str]) -> None:
 
     errors: dict[str, str] = {}
     took: dict[str, float] = {}
-    for name in (n for n in PRELOAD if n not in skip):
+    for name in (n for n in preloads(chains) if n not in skip):
         started = time.monotonic()
         try:
             importlib.import_module(name)
@@ -871,7 +890,8 @@ def serve(skip: list[str]) -> None:
         took[name] = round(time.monotonic() - started, 2)
         if torch.cuda.is_initialized():  # forked children could not use CUDA: start again without this one
             os.dup2(answers.fileno(), 1)
-            os.execv(sys.executable, [sys.executable, __file__, "--serve", "--skip", ",".join([*skip, name])])
+            again = ["--skip", ",".join([*skip, name])] + (["--chains", ",".join(chains)] if chains is not None else [])
+            os.execv(sys.executable, [sys.executable, __file__, "--serve", *again])
     answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": skip or None,
             "preload_s": took, "t_ready": time.monotonic()})  # fmt: skip
     request = json.loads(sys.stdin.readline())
@@ -887,6 +907,13 @@ def serve(skip: list[str]) -> None:
     answer({"done": True})
 
 
+def _option(name: str) -> list[str] | None:
+    """--serve [--chains A,B] [--skip M,N]: a comma-separated option's values (None when absent)."""
+    if name not in sys.argv[2:]:
+        return None
+    i = sys.argv.index(name, 2)
+    return [v for v in (sys.argv[i + 1] if i + 1 < len(sys.argv) else "").split(",") if v]
+
+
 if __name__ == "__main__":
-    skipped = sys.argv[3].split(",") if sys.argv[2:3] == ["--skip"] else []  # after a preload initialized CUDA
-    serve(skipped)
+    serve(_option("--skip") or [], _option("--chains"))  # --skip: after a preload initialized CUDA
