@@ -402,10 +402,19 @@ class AbRun:
     def floor(self) -> tuple[dict[int, dict[str, float | None]], str]:
         if self.calibration:
             aa = self.ratios(self.calibration)
-            return {c: {m: abstats.noise_floor(aa[c][m]) for m in METRICS} for c in aa}, "calibrated (A/A this run)"
+            floors = {c: {m: abstats.noise_floor(aa[c][m]) for m in METRICS} for c in aa}
+            if not any(v is not None for lv in floors.values() for v in lv.values()):
+                return floors, (
+                    f"calibrated (A/A this run) but not measured yet: fewer than 2 valid A/A rounds, default margin "
+                    f"{abstats.DEFAULT_MARGIN:.0%}"
+                )
+            return floors, "calibrated (A/A this run)"
         if self.cfg.noise_floor:
             stored = self.cfg.noise_floor
-            widest = {m: max((lv.get(m) or 0.0) for lv in stored.values()) for m in METRICS}
+            # a metric no level measured has no floor (the default margin), never a floor of 0
+            widest = {
+                m: max((v for lv in stored.values() if (v := lv.get(m)) is not None), default=None) for m in METRICS
+            }
             return (
                 {c: {m: (stored.get(c) or {}).get(m, widest[m]) for m in METRICS} for c in self.cfg.concurrency},
                 f"stored ({self.cfg.noise_floor_source})",
@@ -731,6 +740,11 @@ def load_noise_floor(text: str) -> tuple[dict[int, dict[str, float]], str]:
     floors = {
         int(c): {m: float(v) for m, v in lv.items() if v is not None} for c, lv in doc["noise_floor"]["levels"].items()
     }
+    if not any(floors.values()):
+        raise BadInput(
+            f"{path} measured no noise floor: its A/A side has fewer than 2 valid rounds",
+            "continue that ab with the same command and --out (more --rounds), or give a fraction",
+        )
     return floors, str(path)
 
 

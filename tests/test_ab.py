@@ -96,6 +96,33 @@ def test_stored_noise_floor_from_a_calibrated_ab_json(tmp_path: Path) -> None:
         ab.load_noise_floor(str(tmp_path / "x.json"))
 
 
+H200 = Path(__file__).parent / "fixtures" / "gpu-h200-2026-12-02"
+
+
+def test_an_aa_run_of_one_round_gives_no_floor_and_cannot_be_reused(tmp_path: Path) -> None:
+    """The H200 ab of 2026-12-02 ran 1 round before its guard (base, eager and the A/A side): it measured no
+    floor, so its own verdicts use the default margin, and reusing it as a stored floor is refused (it once gave
+    tune's final a margin of 1%, as if a floor of 0 had been measured)."""
+    doc = json.loads((H200 / "ab" / "ab.json").read_text())
+    cfg = ab.AbConfig(model="m", sides=(ab.Side("base", "cpu"), ab.Side("eager", "cpu")), concurrency=(1, 64),
+                      calibrate=True)  # fmt: skip
+    run = ab.AbRun(cfg, tmp_path, "co-resident", "test")
+    run.rounds = doc["rounds"]
+    floors, source = run.floor()
+    assert "not measured yet" in source and all(v is None for lv in floors.values() for v in lv.values())
+    with pytest.raises(BadInput, match="measured no noise floor"):
+        ab.load_noise_floor(str(H200 / "ab" / "ab.json"))
+
+
+def test_a_stored_floor_missing_a_metric_leaves_it_at_the_default_margin(tmp_path: Path) -> None:
+    sides = (ab.Side("base", "cpu"), ab.Side("b", "cpu"))
+    cfg = ab.AbConfig(model="m", sides=sides, concurrency=(1, 64), noise_floor={1: {"output_tok_s": 0.02}},
+                      noise_floor_source="stored")  # fmt: skip
+    floors, _ = ab.AbRun(cfg, tmp_path, "co-resident", "test").floor()
+    assert floors[1]["output_tok_s"] == 0.02 and floors[64]["output_tok_s"] == 0.02  # the widest measured
+    assert floors[1]["tpot_ms"] is None and floors[64]["ttft_ms"] is None  # never measured: not a floor of 0
+
+
 def test_tune_hands_a_stored_noise_floor_to_its_final_ab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from launcher import tune
 
