@@ -302,8 +302,8 @@ def annotate(
 ) -> Roofline:
     """The roofline of every level of a bench summary (schema nemolaunch.bench/1). The GPU is `gpu` or the first
     of the summary's provenance.gpu (NVML); the weights' dtype, the KV cache's and tensor parallelism come from the
-    config and the server's argv when nemolaunch launched it. The mean context of a decode step is taken as
-    input_len + output_len / 2."""
+    config and the server's argv when nemolaunch launched it. The mean context of a decode step is taken as the
+    level's prompt length (as the server counted it; else the sweep's input_len) + output_len / 2."""
     provenance = summary.get("provenance") or {}
     gpus = provenance.get("gpu") or []
     gpu = gpu or (gpus[0] if gpus else None)
@@ -328,10 +328,15 @@ def annotate(
     kv_flag = _flag_value(argv, "--kv-cache-dtype") or "auto"
     kv_dtype = "fp8" if kv_flag.startswith("fp8") else "bf16"
     workload = summary.get("workload") or {}
-    context = float(workload.get("input_len") or 0) + float(workload.get("output_len") or 0) / 2
+
+    def context_of(level: dict[str, Any]) -> float:
+        prompt = level.get("mean_prompt_tokens") or level.get("input_len") or workload.get("input_len") or 0
+        return float(prompt) + float(workload.get("output_len") or 0) / 2
+
     levels = []
     for level in summary.get("levels") or []:
         c = int(level["concurrency"])
+        context = context_of(level)
         sb = step_bytes(traffic, c, context, weight_dtype, kv_dtype)
         measured = level.get("output_throughput_tok_s")
         tpot = (level.get("tpot_ms") or {}).get("mean")
@@ -350,6 +355,7 @@ def annotate(
                 percent_of_limit_decode=100.0 * sb.total / (tpot / 1000) / bandwidth.bytes_per_s if tpot else None,
             )
         )
+    context = levels[0].context_len if levels else context_of({})  # the ceiling at c=1: the first level's prompts
     one = step_bytes(traffic, 1, context, weight_dtype, kv_dtype)
     reason = (
         f"{bandwidth.gpu_name} x{tp}, {bandwidth.bytes_per_s / 1e12:.2f} TB/s ({bandwidth.source}); weights "

@@ -64,6 +64,9 @@ def test_metrics_by_hand() -> None:
     assert level.achieved_concurrency == 1.2  # 1.2 s of requests in 1 s
     assert level.per_user_tok_s == pytest.approx((10 + 5 / 0.7) / 2, abs=0.01)
     assert (level.completed, level.failed, level.failures) == (2, 1, {"stalled": 1})
+    assert level.mean_prompt_tokens is None  # no usage came back: the server did not count the prompts
+    a.prompt_tokens, b.prompt_tokens, bad.prompt_tokens = 250, 262, 999
+    assert summarize(SPEC, [([a, b, bad], 1.0)]).mean_prompt_tokens == 256.0  # the completed requests' prompts
 
 
 def test_goodput_by_hand() -> None:

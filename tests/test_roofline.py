@@ -187,3 +187,21 @@ def test_a_shape_folders_recorded_flags_set_the_weight_dtype() -> None:
     as_fp8 = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
     assert (as_bf16.weight_dtype, as_fp8.weight_dtype) == ("bf16", "fp8")
     assert as_fp8.levels[0].percent_of_limit == pytest.approx(46.4, abs=0.1)
+
+
+def test_a_levels_prompts_as_the_server_counted_them_set_its_context() -> None:
+    """The H200 fidelity run of 2026-12-02 sent a dataset of 256-token prompts, but the level's input_len is the
+    sweep's default (512): the KV cache read per step must follow the prompts really sent (mean_prompt_tokens, from
+    the server's usage), where the summary has them."""
+    from launcher import shapes
+
+    path = FIXTURES / "gpu-h200-2026-12-02" / "fidelity" / "nemolaunch-c256.summary.json"
+    summary = json.loads(path.read_text())
+    config = shapes.resolve("llama-3.1-8b", "fp8").config
+    args = ["--load-format", "dummy", "--quantization", "fp8"]
+    labelled = roofline.annotate(summary, config, served_args=args)
+    summary["levels"][0]["mean_prompt_tokens"] = 256.0
+    counted = roofline.annotate(summary, config, served_args=args)
+    assert labelled.levels[0].context_len == 512 + 64 and counted.levels[0].context_len == 256 + 64
+    assert counted.levels[0].kv_bytes == pytest.approx(labelled.levels[0].kv_bytes * 320 / 576)
+    assert counted.context_len == 320  # the report's line and the c=1 ceiling use the first level's

@@ -75,6 +75,9 @@ class LevelResult:
     e2el_ms: Stats
     runs: list[RunThroughput] = field(default_factory=list)
     goodput: Goodput | None = None
+    # the prompts' mean length as the server counted it (usage): what a dataset level really sent, where
+    # input_len is only the sweep's setting
+    mean_prompt_tokens: float | None = None
 
 
 def tpot_s(r: RequestRecord) -> float | None:
@@ -145,6 +148,9 @@ def summarize(
         e2el_ms=Stats.of([r.e2e_s for r in ok if r.e2e_s is not None]),
         runs=per_run,
         goodput=goodput(records, sum(w for _, w in runs), slo_ms, slo_share) if slo_ms else None,
+        mean_prompt_tokens=round(float(np.mean(counted)), 1)
+        if (counted := [r.prompt_tokens for r in ok if r.prompt_tokens])
+        else None,
     )
 
 
