@@ -192,10 +192,18 @@ def accuracy(args: argparse.Namespace) -> None:
             )
 
 
+SERVERS = {
+    # what streams in the ceiling: the aiohttp fake server of the tests (about 10 us of CPU per token), or the
+    # plain-protocol one made for it (benchmarks/stream_server.py)
+    "aiohttp": [str(ROOT / "tests" / "fake_server.py")],
+    "fast": [str(ROOT / "benchmarks" / "stream_server.py")],
+}
+
+
 @contextlib.contextmanager
-def alone(port: int) -> Iterator[str]:
-    """The fake server in its own process (uvloop where installed), not a thread of this one."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_server.py"), str(port)])
+def alone(port: int, kind: str = "aiohttp", pin: list[str] | None = None) -> Iterator[tuple[str, int]]:
+    """A streaming server in its own process (uvloop where installed), not a thread of this one: its URL and pid."""
+    proc = subprocess.Popen([*(pin or []), sys.executable, *SERVERS[kind], str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -204,49 +212,114 @@ def alone(port: int) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
+def _cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def spread(xs: list[float]) -> str:
+    """median (min-max)"""
+    s = sorted(xs)
+    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return f"{mid:.2f} ({s[0]:.2f}-{s[-1]:.2f})" if len(s) > 1 else f"{mid:.2f}"
+
+
 def ceiling(args: argparse.Namespace) -> None:
+    """Both clients against a server streaming as fast as it can, A B B A blocks per level (nemolaunch in one
+    process, nemolaunch with --client-processes N, vLLM's client), every run's tok/s, client and server CPU per
+    output token and load average kept (runs.jsonl in --out); the spread over rounds printed per level."""
     from tests.conftest import free_port
     from tests.fake_server import serving
 
+    server_pin = ["taskset", "-c", args.server_cpu] if args.server_cpu else []
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    n_out = args.output_len
+    variants = {"ours": 1, f"ours-x{PROCESSES}": PROCESSES} if PROCESSES > 1 else {"ours": 1}
+    headline = []
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for c in (64, 256):
-            with alone(free_port()) as url:
-                for _ in range(ROUNDS):  # A B B A: nemolaunch (one process, then --client-processes N), vLLM's
-                    a = ours(url, "fake", c, 4 * c, 128, 256, tmp)
-                    a2 = ours(url, "fake", c, 4 * c, 128, 256, tmp, PROCESSES)
-                    b = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
-                    b2 = theirs(args.engine, url, "fake", args.tokenizer, c, 4 * c, 128, 256, tmp)
-                    a3 = ours(url, "fake", c, 4 * c, 128, 256, tmp, PROCESSES)
-                    a4 = ours(url, "fake", c, 4 * c, 128, 256, tmp)
+        for c in args.levels:
+            n = args.requests_per_stream * c
+            with alone(free_port(), args.server, server_pin) as (url, pid):
+                runs: list[dict[str, float | str | int]] = []
+                order = [*variants, "vllm", "vllm", *reversed(variants)]
+                for block in range(ROUNDS):
+                    for who in order:
+                        load0, cpu0 = os.getloadavg()[0], _cpu_s(pid)
+                        if who == "vllm":
+                            r = theirs(args.engine, url, "fake", args.tokenizer, c, n, 128, n_out, tmp)
+                            served = (n + 3) * n_out  # its ready check and 2 warm-ups
+                        else:
+                            r = ours(url, "fake", c, n, 128, n_out, tmp, variants[who])
+                            served = (n + 2) * n_out  # 2 warm-ups
+                        row = {
+                            "level": c,
+                            "block": block,
+                            "who": who,
+                            **r,
+                            "server_us_per_tok": (_cpu_s(pid) - cpu0) / served * 1e6,
+                            "load_before": load0,
+                            "load_after": os.getloadavg()[0],
+                        }
+                        runs.append(row)
+                        if out:
+                            with (out / "runs.jsonl").open("a") as f:
+                                f.write(json.dumps({"server": args.server, **row}) + "\n")
+                        print(
+                            f"  c={c} block {block} {who:>8}: {r['tok_s']:8.0f} tok/s, client "
+                            f"{r['cpu_us_per_tok']:5.2f} us/tok ({r['cpu_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), "
+                            f"server {row['server_us_per_tok']:5.2f} us/tok "
+                            f"({row['server_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), load {load0:.1f}",
+                            flush=True,
+                        )
 
-                    def mean(k: str, *rs: dict[str, float]) -> float:
-                        return sum(r[k] for r in rs) / len(rs)
+            def of(who: str, key: str, rs: list[dict[str, float | str | int]]) -> list[float]:
+                return [float(r[key]) for r in rs if r["who"] == who]
 
-                    one, many, vl = mean("tok_s", a, a4), mean("tok_s", a2, a3), mean("tok_s", b, b2)
-                    cpu1, cpun, cpuv = (mean("cpu_us_per_tok", *x) for x in ((a, a4), (a2, a3), (b, b2)))
-                    print(
-                        f"ceiling, c={c}, {4 * c} requests x 256 tokens, server streaming as fast as it can "
-                        f"(load average {os.getloadavg()[0]:.1f}): nemolaunch {one:.0f} tok/s ({one / vl:.2f}x), "
-                        f"with --client-processes {PROCESSES} {many:.0f} tok/s ({many / vl:.2f}x), vllm bench serve "
-                        f"{vl:.0f} tok/s; client CPU per token {cpu1:.1f} / {cpun:.1f} / {cpuv:.1f} us "
-                        f"(vLLM's / nemolaunch's in one process: {cpuv / cpu1:.2f}x)",
-                        flush=True,
-                    )
-        with serving(free_port(), token_delay_s=0.005) as url:
-            a = ours(url, "fake", 1, 16, 128, 128, tmp)
-            b = theirs(args.engine, url, "fake", args.tokenizer, 1, 16, 128, 128, tmp)
-            print(
-                f"client overhead on TPOT (server sends a token every 5.000 ms, c=1): nemolaunch "
-                f"{a['tpot_ms']:.3f} ms (+{a['tpot_ms'] - 5:.3f}), vllm bench serve {b['tpot_ms']:.3f} ms "
-                f"(+{b['tpot_ms'] - 5:.3f})"
+            # the ratio per block: its nemolaunch runs' mean over its vLLM runs' mean (adjacent in time)
+            blocks = [[r for r in runs if r["block"] == b] for b in range(ROUNDS)]
+            vl = [sum(of("vllm", "tok_s", rs)) / 2 for rs in blocks]
+            loads = [float(r["load_before"]) for r in runs]
+            line = [f"c={c}, {n} requests x {n_out} tokens, {args.server} server, A B B A x {ROUNDS}"]
+            line.append(f"load average {min(loads):.1f}-{max(loads):.1f}")
+            for who in variants:
+                mine = [sum(of(who, "tok_s", rs)) / 2 for rs in blocks]
+                ratio = [a / b for a, b in zip(mine, vl, strict=True)]
+                line.append(
+                    f"{who} {spread([x / 1000 for x in of(who, 'tok_s', runs)])}k tok/s, x vLLM {spread(ratio)}, "
+                    f"client {spread(of(who, 'cpu_us_per_tok', runs))} us/tok"
+                )
+                if who == "ours":
+                    headline.append(f"c={c}: nemolaunch / vllm bench serve tok/s {spread(ratio)}")
+            line.append(
+                f"vllm {spread([x / 1000 for x in of('vllm', 'tok_s', runs)])}k tok/s, client "
+                f"{spread(of('vllm', 'cpu_us_per_tok', runs))} us/tok"
             )
+            line.append(f"server {spread([float(r['server_us_per_tok']) for r in runs])} us/tok")
+            print("; ".join(line), flush=True)
+            if out:
+                with (out / "ceiling.md").open("a") as f:
+                    f.write("- " + "; ".join(line) + "\n")
+        if args.tpot_check:
+            with serving(free_port(), token_delay_s=0.005) as url5:
+                a = ours(url5, "fake", 1, 16, 128, 128, tmp)
+                b = theirs(args.engine, url5, "fake", args.tokenizer, 1, 16, 128, 128, tmp)
+                print(
+                    f"client overhead on TPOT (server sends a token every 5.000 ms, c=1): nemolaunch "
+                    f"{a['tpot_ms']:.3f} ms (+{a['tpot_ms'] - 5:.3f}), vllm bench serve {b['tpot_ms']:.3f} ms "
+                    f"(+{b['tpot_ms'] - 5:.3f})"
+                )
+    print("ceiling: " + "; ".join(headline))
 
 
 if __name__ == "__main__":
@@ -260,6 +333,13 @@ if __name__ == "__main__":
     parser.add_argument("--same-prompts", action="store_true", help="vllm bench serve sends nemolaunch's prompts")
     parser.add_argument("--client-processes", type=int, default=2, help="ceiling: nemolaunch's second variant")
     parser.add_argument("--rounds", type=int, default=1, help="A B B A blocks per concurrency (more: less noise)")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="fast", help="ceiling: which server streams")
+    parser.add_argument("--server-cpu", help="ceiling: pin the server to this CPU (taskset); --client-cpu the clients")
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256])
+    parser.add_argument("--output-len", type=int, default=256, help="ceiling: tokens per request")
+    parser.add_argument("--requests-per-stream", type=int, default=4, help="ceiling: requests = this x concurrency")
+    parser.add_argument("--tpot-check", action="store_true", help="ceiling: also the TPOT a client adds at c=1")
+    parser.add_argument("--out", help="ceiling: write runs.jsonl and ceiling.md here")
     args = parser.parse_args()
     if args.client_cpu:
         PIN[:] = ["taskset", "-c", args.client_cpu]
