@@ -35,9 +35,19 @@ VLLM_BENCH = (
     "from vllm.benchmarks.serve import add_cli_args, main\n"
     "import os, resource\n"
     "p = argparse.ArgumentParser(); add_cli_args(p); a = p.parse_args(sys.argv[1:])\n"
-    "r0 = resource.getrusage(resource.RUSAGE_SELF); main(a); r1 = resource.getrusage(resource.RUSAGE_SELF)\n"
-    # the CPU of the run itself (vLLM's import varies by seconds): this process, every thread
-    "open(os.environ['NL_CPU_OUT'], 'w').write(str(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime))\n"
+    "import vllm.benchmarks.serve as serve\n"
+    # the CPU of the run itself, every thread of this process: vLLM's benchmark() (its warm-ups and
+    # the level), not its import, tokenizer load or prompt sampling, which vary by seconds and are not the client
+    "_benchmark, cpu = serve.benchmark, []\n"
+    "async def timed(*args, **kwargs):\n"
+    "    r0 = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    out = await _benchmark(*args, **kwargs)\n"
+    "    r1 = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)\n"
+    "    return out\n"
+    "serve.benchmark = timed\n"
+    "main(a)\n"
+    "open(os.environ['NL_CPU_OUT'], 'w').write(str(cpu[0]))\n"
 )
 
 
@@ -168,7 +178,7 @@ def theirs(
         "tok_s": r["output_throughput"],
         "ttft_ms": r["mean_ttft_ms"],
         "tpot_ms": r["mean_tpot_ms"],
-        # main(): the level, its 2 warm-ups and loading the (tiny) tokenizer (a small bias against vLLM's client)
+        # benchmark(): the level and its 2 warm-ups (the ready check is off by default)
         "cpu_us_per_tok": float(cpu_file.read_text()) / ((n + 2) * out) * 1e6,
     }
 
@@ -218,11 +228,18 @@ def alone(port: int, kind: str = "aiohttp", pin: list[str] | None = None) -> Ite
         proc.wait(timeout=10)
 
 
-def _cpu_s(pid: int) -> float:
+def server_meter(kind: str, url: str, pid: int) -> tuple[float, int | None]:
+    """The server's CPU seconds so far and the tokens it sent: stream_server.py counts both itself (CPU only while
+    streams are open, so not the tokenize calls of nemolaunch's prompt building); for the aiohttp server, its
+    process's whole CPU (prompt building included) and no count."""
+    if kind == "fast":
+        with urllib.request.urlopen(f"{url}/stats", timeout=10) as resp:
+            stats = json.loads(resp.read())
+        return float(stats["busy_cpu_s"]), int(stats["tokens"])
     import psutil
 
     t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    return t.user + t.system, None
 
 
 def spread(xs: list[float]) -> str:
@@ -255,19 +272,21 @@ def ceiling(args: argparse.Namespace) -> None:
                 order = [*variants, "vllm", "vllm", *reversed(variants)]
                 for block in range(ROUNDS):
                     for who in order:
-                        load0, cpu0 = os.getloadavg()[0], _cpu_s(pid)
+                        load0, (cpu0, tok0) = os.getloadavg()[0], server_meter(args.server, url, pid)
                         if who == "vllm":
                             r = theirs(args.engine, url, "fake", args.tokenizer, c, n, 128, n_out, tmp)
-                            served = (n + 3) * n_out  # its ready check and 2 warm-ups
                         else:
                             r = ours(url, "fake", c, n, 128, n_out, tmp, variants[who])
-                            served = (n + 2) * n_out  # 2 warm-ups
+                        served = (n + 2) * n_out  # either client: 2 warm-ups, then the level
+                        cpu1, tok1 = server_meter(args.server, url, pid)
+                        if tok0 is not None and tok1 is not None and tok1 - tok0 != served:
+                            raise SystemExit(f"the server sent {tok1 - tok0} tokens, the clients asked {served}")
                         row = {
                             "level": c,
                             "block": block,
                             "who": who,
                             **r,
-                            "server_us_per_tok": (_cpu_s(pid) - cpu0) / served * 1e6,
+                            "server_us_per_tok": (cpu1 - cpu0) / served * 1e6,
                             "load_before": load0,
                             "load_after": os.getloadavg()[0],
                         }

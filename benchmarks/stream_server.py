@@ -34,6 +34,7 @@ from typing import Any
 # token texts cycled through (about 4 bytes each, as a real vocabulary's tokens run); JSON-safe as they are
 TOKEN_TEXTS = (" the", " model", " serve", "s", " token", " of", ",", " kernel", " a", " batch", "ing", " cache")
 MAX_MODEL_LEN = 4096
+FINGERPRINT = "vllm-0.26.0-5e1f7c2a"  # vLLM stamps "vllm-VERSION-HASH8" of its config on the final usage chunk
 _SUFFIX = b'","logprobs":null,"finish_reason":%s,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}'
 
 
@@ -54,9 +55,10 @@ class Stream:
     def __init__(self, conn: Connection, model: str, max_tokens: int, prompt_tokens: int, options: dict[str, Any]):
         self.conn, self.n, self.i, self.prompt_tokens = conn, max_tokens, 0, prompt_tokens
         rid, created = f"cmpl-{uuid.uuid4().int & (2**64 - 1):016x}", int(time.time())
-        self.head = (
-            b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[{"index":0,"text":"'
-            % (rid.encode(), created, json.dumps(model).encode())
+        self.head = b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[{"index":0,"text":"' % (
+            rid.encode(),
+            created,
+            json.dumps(model).encode(),
         )
         include_usage = bool(options.get("include_usage"))  # vLLM's should_include_usage
         self.continuous = include_usage and bool(options.get("continuous_usage_stats"))
@@ -68,8 +70,15 @@ class Stream:
         final = b""
         if include_usage:
             final = frame(
-                b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[],"usage":%s}'
-                % (rid.encode(), created, json.dumps(model).encode(), json.dumps(usage, separators=(",", ":")).encode())
+                b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[],"usage":%s,'
+                b'"system_fingerprint":"%s"}'
+                % (
+                    rid.encode(),
+                    created,
+                    json.dumps(model).encode(),
+                    json.dumps(usage, separators=(",", ":")).encode(),
+                    FINGERPRINT.encode(),
+                )
             )
         self.final = final + END
 
@@ -151,7 +160,7 @@ class Clock:
                 if s.i < s.n:
                     keep.append(s)
                 else:
-                    conn.streaming = None
+                    conn.ended()
                     conn.next_request()
             self.streams = keep + self.streams
             self.tokens += sent
@@ -172,6 +181,7 @@ class Connection(asyncio.Protocol):
         self.buf = b""
         self.paused = False
         self.closed = False
+        self.close_after = False  # the request said Connection: close
         self.streaming: Stream | None = None
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
 
@@ -207,8 +217,11 @@ class Connection(asyncio.Protocol):
             length = 0
             for line in lines[1:]:
                 name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
+                name = name.strip().lower()
+                if name == "content-length":
                     length = int(value.strip())
+                elif name == "connection":
+                    self.close_after = value.strip().lower() == "close"
             if len(self.buf) < head_end + 4 + length:
                 return
             body = self.buf[head_end + 4 : head_end + 4 + length]
@@ -220,9 +233,20 @@ class Connection(asyncio.Protocol):
         body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
         reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}.get(status, b"Error")
         self.transport.write(
-            b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-length: %d\r\ncontent-type: %s\r\n\r\n%s"
-            % (status, reason, _date(), len(body), content_type, body)
+            b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-length: %d\r\ncontent-type: %s\r\n%s\r\n%s"
+            % (status, reason, _date(), len(body), content_type, self.connection_header(), body)
         )
+        self.ended()
+
+    def connection_header(self) -> bytes:
+        return b"connection: close\r\n" if self.close_after else b""
+
+    def ended(self) -> None:
+        """A response is complete: close the connection if the request asked for it (after what is buffered)."""
+        self.streaming = None
+        if self.close_after:
+            self.closed = True
+            self.transport.close()
 
 
 def _date() -> bytes:
@@ -276,7 +300,7 @@ class Server:
         conn.streaming = stream
         conn.transport.write(
             b"HTTP/1.1 200 OK\r\ndate: %s\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-            b"transfer-encoding: chunked\r\n\r\n" % _date()
+            b"vary: Origin\r\n%stransfer-encoding: chunked\r\n\r\n" % (_date(), conn.connection_header())
         )
         self.clock.add(stream)
 
