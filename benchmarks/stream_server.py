@@ -186,8 +186,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport subclass
         sock = transport.get_extra_info("socket")
         if sock is not None:  # small writes go out at once, as uvicorn's do
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
