@@ -3,17 +3,21 @@
 python benchmarks/bench_client.py accuracy --url URL --engine ENGINE_PY --model NAME
     the real vLLM CPU server: output tok/s, mean TTFT and TPOT at concurrency 1 and 8, both tools, run in
     alternating order (A B B A) so that warm-up and drift do not favour one of them
-python benchmarks/bench_client.py ceiling --engine ENGINE_PY --tokenizer DIR
-    a local server that streams as fast as it can (tests/fake_server.py, its own process): client-side tok/s
-    at concurrency 64 and 256 for both tools (nemolaunch in one process and with --client-processes N), each
-    client's CPU per output token (less sensitive than tok/s to a loaded machine), and the TPOT the client adds
-    over a server that sends a token every 5 ms
+python benchmarks/bench_client.py ceiling --engine ENGINE_PY --tokenizer DIR [--rounds 3] [--out DIR]
+    the client ceiling: a local server streaming as fast as it can, one token per chunk per stream per step as
+    vLLM 0.26 sends them (benchmarks/stream_server.py, its own process; --server aiohttp: tests/fake_server.py),
+    nemolaunch in one process, nemolaunch with --client-processes N and vLLM's client in A B B A blocks at
+    concurrency 64 and 256: each run's tok/s, the CPU per output token of the client and of the server (and so
+    the cores each used), the load average; per level the median and range over the blocks, and the ratio to
+    vLLM's client per block (runs.jsonl and ceiling.md in --out). --server-cpu / --client-cpu pin them
+    (taskset). --tpot-check: the TPOT each client adds over a server stepping every 5 ms at c=1
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -211,9 +215,11 @@ SERVERS = {
 
 
 @contextlib.contextmanager
-def alone(port: int, kind: str = "aiohttp", pin: list[str] | None = None) -> Iterator[tuple[str, int]]:
+def alone(
+    port: int, kind: str = "aiohttp", pin: list[str] | None = None, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
     """A streaming server in its own process (uvloop where installed), not a thread of this one: its URL and pid."""
-    proc = subprocess.Popen([*(pin or []), sys.executable, *SERVERS[kind], str(port)])
+    proc = subprocess.Popen([*(pin or []), sys.executable, *SERVERS[kind], str(port), *extra])
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -254,7 +260,6 @@ def ceiling(args: argparse.Namespace) -> None:
     process, nemolaunch with --client-processes N, vLLM's client), every run's tok/s, client and server CPU per
     output token and load average kept (runs.jsonl in --out); the spread over rounds printed per level."""
     from tests.conftest import free_port
-    from tests.fake_server import serving
 
     server_pin = ["taskset", "-c", args.server_cpu] if args.server_cpu else []
     out = Path(args.out) if args.out else None
@@ -310,6 +315,11 @@ def ceiling(args: argparse.Namespace) -> None:
             vl = [sum(of("vllm", "tok_s", rs)) / 2 for rs in blocks]
             loads = [float(r["load_before"]) for r in runs]
             line = [f"c={c}, {n} requests x {n_out} tokens, {args.server} server, A B B A x {ROUNDS}"]
+            # vLLM's client runs on asyncio's own loop (its main() calls asyncio.run); nemolaunch and the servers
+            # on uvloop's where this interpreter has it, as on a host where vLLM is installed
+            line.append(f"nemolaunch on {'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'}")
+            if server_pin or PIN:
+                line.append(f"server on CPU {args.server_cpu or 'any'}, clients on CPU {args.client_cpu or 'any'}")
             line.append(f"load average {min(loads):.1f}-{max(loads):.1f}")
             for who in variants:
                 mine = [sum(of(who, "tok_s", rs)) / 2 for rs in blocks]
@@ -330,7 +340,7 @@ def ceiling(args: argparse.Namespace) -> None:
                 with (out / "ceiling.md").open("a") as f:
                     f.write("- " + "; ".join(line) + "\n")
         if args.tpot_check:
-            with serving(free_port(), token_delay_s=0.005) as url5:
+            with alone(free_port(), "fast", server_pin, ("--step-ms", "5")) as (url5, _):
                 a = ours(url5, "fake", 1, 16, 128, 128, tmp)
                 b = theirs(args.engine, url5, "fake", args.tokenizer, 1, 16, 128, 128, tmp)
                 print(
