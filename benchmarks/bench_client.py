@@ -27,6 +27,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,6 +62,7 @@ PIN: list[str] = []  # e.g. taskset -c 1: keep both clients off the core the CPU
 SAME_PROMPTS = False  # give vllm bench serve nemolaunch's exact prompts instead of its random dataset
 ROUNDS = 1  # A B B A blocks per concurrency
 PROCESSES = 2  # nemolaunch bench --client-processes in the ceiling
+OURS_ENV: dict[str, str] = {}  # the environment of nemolaunch's runs (--asyncio: a PYTHONPATH that hides uvloop)
 
 
 def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, processes: int = 1) -> dict[str, float]:
@@ -92,6 +96,7 @@ def ours(url: str, model: str, c: int, n: int, inp: int, out: int, tmp: Path, pr
         check=True,
         capture_output=True,
         cwd=ROOT,
+        env={**os.environ, **OURS_ENV},
     )
     level = json.loads((folder / "summary.json").read_text())["levels"][0]
     return {
@@ -242,10 +247,13 @@ def server_meter(kind: str, url: str, pid: int) -> tuple[float, int | None]:
         with urllib.request.urlopen(f"{url}/stats", timeout=10) as resp:
             stats = json.loads(resp.read())
         return float(stats["busy_cpu_s"]), int(stats["tokens"])
-    import psutil
-
     t = psutil.Process(pid).cpu_times()
     return t.user + t.system, None
+
+
+def _busy(t: Any) -> float:
+    """CPU seconds the machine's CPUs spent on anything (steal excluded: not this VM's)."""
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0))
 
 
 def spread(xs: list[float]) -> str:
@@ -278,12 +286,14 @@ def ceiling(args: argparse.Namespace) -> None:
                 for block in range(ROUNDS):
                     for who in order:
                         load0, (cpu0, tok0) = os.getloadavg()[0], server_meter(args.server, url, pid)
+                        machine0, wall0 = psutil.cpu_times(), time.perf_counter()
                         if who == "vllm":
                             r = theirs(args.engine, url, "fake", args.tokenizer, c, n, 128, n_out, tmp)
                         else:
                             r = ours(url, "fake", c, n, 128, n_out, tmp, variants[who])
                         served = (n + 2) * n_out  # either client: 2 warm-ups, then the level
                         cpu1, tok1 = server_meter(args.server, url, pid)
+                        machine1, wall = psutil.cpu_times(), time.perf_counter() - wall0
                         if tok0 is not None and tok1 is not None and tok1 - tok0 != served:
                             raise SystemExit(f"the server sent {tok1 - tok0} tokens, the clients asked {served}")
                         row = {
@@ -294,6 +304,10 @@ def ceiling(args: argparse.Namespace) -> None:
                             "server_us_per_tok": (cpu1 - cpu0) / served * 1e6,
                             "load_before": load0,
                             "load_after": os.getloadavg()[0],
+                            # the whole machine over the run (the client process's start-up included), and the
+                            # time the hypervisor gave this VM's CPUs to others (steal)
+                            "machine_busy_cores": (_busy(machine1) - _busy(machine0)) / wall,
+                            "steal_cores": (machine1.steal - machine0.steal) / wall,
                         }
                         runs.append(row)
                         if out:
@@ -303,7 +317,8 @@ def ceiling(args: argparse.Namespace) -> None:
                             f"  c={c} block {block} {who:>8}: {r['tok_s']:8.0f} tok/s, client "
                             f"{r['cpu_us_per_tok']:5.2f} us/tok ({r['cpu_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), "
                             f"server {row['server_us_per_tok']:5.2f} us/tok "
-                            f"({row['server_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), load {load0:.1f}",
+                            f"({row['server_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), load {load0:.1f}, machine "
+                            f"{row['machine_busy_cores']:.2f} cores busy, steal {row['steal_cores']:.2f}",
                             flush=True,
                         )
 
@@ -317,7 +332,8 @@ def ceiling(args: argparse.Namespace) -> None:
             line = [f"c={c}, {n} requests x {n_out} tokens, {args.server} server, A B B A x {ROUNDS}"]
             # vLLM's client runs on asyncio's own loop (its main() calls asyncio.run); nemolaunch and the servers
             # on uvloop's where this interpreter has it, as on a host where vLLM is installed
-            line.append(f"nemolaunch on {'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'}")
+            uvloop = importlib.util.find_spec("uvloop") and not OURS_ENV
+            line.append(f"nemolaunch on {'uvloop' if uvloop else 'asyncio'}")
             if server_pin or PIN:
                 line.append(f"server on CPU {args.server_cpu or 'any'}, clients on CPU {args.client_cpu or 'any'}")
             line.append(f"load average {min(loads):.1f}-{max(loads):.1f}")
@@ -369,10 +385,15 @@ if __name__ == "__main__":
     parser.add_argument("--requests-per-stream", type=int, default=4, help="ceiling: requests = this x concurrency")
     parser.add_argument("--tpot-check", action="store_true", help="ceiling: also the TPOT a client adds at c=1")
     parser.add_argument("--out", help="ceiling: write runs.jsonl and ceiling.md here")
+    parser.add_argument("--asyncio", action="store_true", help="ceiling: nemolaunch without uvloop (hidden from it)")
     args = parser.parse_args()
     if args.client_cpu:
         PIN[:] = ["taskset", "-c", args.client_cpu]
     SAME_PROMPTS = args.same_prompts
     ROUNDS = args.rounds
     PROCESSES = args.client_processes
+    if args.asyncio:  # a uvloop module that fails to import, first on nemolaunch's path
+        hide = Path(tempfile.mkdtemp(prefix="no-uvloop-"))
+        (hide / "uvloop.py").write_text("raise ImportError('hidden by bench_client.py --asyncio')\n")
+        OURS_ENV["PYTHONPATH"] = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     accuracy(args) if args.mode == "accuracy" else ceiling(args)
