@@ -38,6 +38,12 @@ FINGERPRINT = "vllm-0.26.0-5e1f7c2a"  # vLLM stamps "vllm-VERSION-HASH8" of its 
 _SUFFIX = b'","logprobs":null,"finish_reason":%s,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}'
 
 
+def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
+    """vLLM's UsageInfo as it dumps it (its field order)."""
+    total = prompt_tokens + completion_tokens
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (prompt_tokens, total, completion_tokens)
+
+
 def frame(payload: bytes) -> bytes:
     """One SSE event in one HTTP chunk."""
     event = b"data: " + payload + b"\n\n"
@@ -54,31 +60,23 @@ class Stream:
 
     def __init__(self, conn: Connection, model: str, max_tokens: int, prompt_tokens: int, options: dict[str, Any]):
         self.conn, self.n, self.i, self.prompt_tokens = conn, max_tokens, 0, prompt_tokens
-        rid, created = f"cmpl-{uuid.uuid4().int & (2**64 - 1):016x}", int(time.time())
-        self.head = b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[{"index":0,"text":"' % (
+        rid = f"cmpl-{uuid.uuid4().int & (2**64 - 1):016x}"  # vLLM 0.26's random_uuid: 16 hex digits
+        ident = b'"id":"%s","object":"text_completion","created":%d,"model":%s' % (
             rid.encode(),
-            created,
+            int(time.time()),
             json.dumps(model).encode(),
         )
+        self.head = b'{%s,"choices":[{"index":0,"text":"' % ident
         include_usage = bool(options.get("include_usage"))  # vLLM's should_include_usage
         self.continuous = include_usage and bool(options.get("continuous_usage_stats"))
         self.chunks = [frame(self.head + t.encode() + _SUFFIX % b"null") for t in TOKEN_TEXTS]
         last = frame(self.head + TOKEN_TEXTS[(max_tokens - 1) % len(TOKEN_TEXTS)].encode() + _SUFFIX % b'"length"')
         self.chunks.append(last)
-        usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + max_tokens}
-        usage["completion_tokens"] = max_tokens
         final = b""
         if include_usage:
+            usage = _usage(prompt_tokens, max_tokens)
             final = frame(
-                b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[],"usage":%s,'
-                b'"system_fingerprint":"%s"}'
-                % (
-                    rid.encode(),
-                    created,
-                    json.dumps(model).encode(),
-                    json.dumps(usage, separators=(",", ":")).encode(),
-                    FINGERPRINT.encode(),
-                )
+                b'{%s,"choices":[],"usage":%s,"system_fingerprint":"%s"}' % (ident, usage, FINGERPRINT.encode())
             )
         self.final = final + END
 
@@ -96,10 +94,8 @@ class Stream:
         last = i + 1 == self.n
         text = TOKEN_TEXTS[i % len(TOKEN_TEXTS)].encode()
         # vLLM's chunk with continuous usage: the choice, then "usage" (exclude_unset keeps the field order)
-        body = (self.head + text + _SUFFIX % (b'"length"' if last else b"null"))[:-1] + (
-            b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}'
-            % (self.prompt_tokens, self.prompt_tokens + i + 1, i + 1)
-        )
+        body = (self.head + text + _SUFFIX % (b'"length"' if last else b"null"))[:-1]
+        body += b',"usage":%s}' % _usage(self.prompt_tokens, i + 1)
         return frame(body) + (self.final if last else b"")
 
 
