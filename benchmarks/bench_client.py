@@ -280,7 +280,8 @@ def ceiling(args: argparse.Namespace) -> None:
         tmp = Path(t)
         for c in args.levels:
             n = args.requests_per_stream * c
-            with alone(free_port(), args.server, server_pin) as (url, pid):
+            paced = ("--step-ms", str(args.step_ms)) if args.step_ms else ()
+            with alone(free_port(), args.server, server_pin, paced) as (url, pid):
                 runs: list[dict[str, float | str | int]] = []
                 order = [*variants, "vllm", "vllm", *reversed(variants)]
                 for block in range(ROUNDS):
@@ -314,8 +315,9 @@ def ceiling(args: argparse.Namespace) -> None:
                             with (out / "runs.jsonl").open("a") as f:
                                 f.write(json.dumps({"server": args.server, **row}) + "\n")
                         print(
-                            f"  c={c} block {block} {who:>8}: {r['tok_s']:8.0f} tok/s, client "
-                            f"{r['cpu_us_per_tok']:5.2f} us/tok ({r['cpu_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), "
+                            f"  c={c} block {block} {who:>8}: {r['tok_s']:8.0f} tok/s, TPOT {r['tpot_ms']:.2f} ms, "
+                            f"client {r['cpu_us_per_tok']:5.2f} us/tok "
+                            f"({r['cpu_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), "
                             f"server {row['server_us_per_tok']:5.2f} us/tok "
                             f"({row['server_us_per_tok'] * r['tok_s'] / 1e6:.2f} core), load {load0:.1f}, machine "
                             f"{row['machine_busy_cores']:.2f} cores busy, steal {row['steal_cores']:.2f}",
@@ -329,7 +331,8 @@ def ceiling(args: argparse.Namespace) -> None:
             blocks = [[r for r in runs if r["block"] == b] for b in range(ROUNDS)]
             vl = [sum(of("vllm", "tok_s", rs)) / 2 for rs in blocks]
             loads = [float(r["load_before"]) for r in runs]
-            line = [f"c={c}, {n} requests x {n_out} tokens, {args.server} server, A B B A x {ROUNDS}"]
+            pace = f", a step every {args.step_ms:g} ms" if args.step_ms else ""
+            line = [f"c={c}, {n} requests x {n_out} tokens, {args.server} server{pace}, A B B A x {ROUNDS}"]
             # vLLM's client runs on asyncio's own loop (its main() calls asyncio.run); nemolaunch and the servers
             # on uvloop's where this interpreter has it, as on a host where vLLM is installed
             uvloop = importlib.util.find_spec("uvloop") and not OURS_ENV
@@ -385,6 +388,7 @@ if __name__ == "__main__":
     parser.add_argument("--requests-per-stream", type=int, default=4, help="ceiling: requests = this x concurrency")
     parser.add_argument("--tpot-check", action="store_true", help="ceiling: also the TPOT a client adds at c=1")
     parser.add_argument("--out", help="ceiling: write runs.jsonl and ceiling.md here")
+    parser.add_argument("--step-ms", type=float, help="ceiling: the fast server steps at most every MS (paced)")
     parser.add_argument("--asyncio", action="store_true", help="ceiling: nemolaunch without uvloop (hidden from it)")
     args = parser.parse_args()
     if args.client_cpu:
