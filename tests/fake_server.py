@@ -2,7 +2,8 @@
 vLLM engine will not produce on demand (stalls, dropped connections, HTTP 500, malformed SSE, dying mid-level, a
 server that is not OpenAI-compatible at all, one that wants an API key). It streams as vLLM 0.26 does: compact
 JSON chunks, `usage` on every chunk only with `stream_options.continuous_usage_stats`, and a final usage chunk
-with no choices with `include_usage`. Used by the tests and by benchmarks/bench_client.py.
+with no choices with `include_usage` (usage on every chunk whatever was asked with force_usage, as vLLM's
+--enable-force-include-usage). Used by the tests and by benchmarks/bench_client.py --server aiohttp.
 Run alone: python tests/fake_server.py PORT [FAULT] [TOKEN_DELAY_S]."""
 
 from __future__ import annotations
