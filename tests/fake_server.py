@@ -2,7 +2,8 @@
 vLLM engine will not produce on demand (stalls, dropped connections, HTTP 500, malformed SSE, dying mid-level, a
 server that is not OpenAI-compatible at all, one that wants an API key). It streams as vLLM 0.26 does: compact
 JSON chunks, `usage` on every chunk only with `stream_options.continuous_usage_stats`, and a final usage chunk
-with no choices with `include_usage`. Used by the tests and by benchmarks/bench_client.py.
+with no choices with `include_usage` (usage on every chunk whatever was asked with force_usage, as vLLM's
+--enable-force-include-usage). Used by the tests and by benchmarks/bench_client.py --server aiohttp.
 Run alone: python tests/fake_server.py PORT [FAULT] [TOKEN_DELAY_S]."""
 
 from __future__ import annotations
@@ -39,8 +40,13 @@ def _dump(obj: Any) -> bytes:
 
 
 def make_app(
-    fault: str = "none", token_delay_s: float = 0.0, die_after: int = 10**9, tokens_per_chunk: int = 1
+    fault: str = "none",
+    token_delay_s: float = 0.0,
+    die_after: int = 10**9,
+    tokens_per_chunk: int = 1,
+    force_usage: bool = False,
 ) -> web.Application:
+    """force_usage: usage on every chunk whatever the request asks, as vLLM's --enable-force-include-usage does."""
     state: dict[str, Any] = {"served": 0, "dead": False, "continuous": 0, "seen": []}
 
     @web.middleware
@@ -90,8 +96,9 @@ def make_app(
             raise ConnectionResetError
         chat = "messages" in body
         options = body.get("stream_options") or {}
-        continuous = bool(options.get("continuous_usage_stats"))
-        state["continuous"] += continuous
+        asked = bool(options.get("continuous_usage_stats"))
+        state["continuous"] += asked
+        continuous = asked or force_usage
         text_in = body["messages"][-1]["content"] if chat else body.get("prompt", "")
         prompt_tokens = len(text_in.split()) + (5 if chat else 0)  # a chat template adds tokens
         max_tokens = int(body["max_tokens"])
@@ -126,7 +133,7 @@ def make_app(
                 await resp.write(_dump(event))
             if token_delay_s:
                 await asyncio.sleep(token_delay_s)
-        if options.get("include_usage"):
+        if options.get("include_usage") or force_usage:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}
             await resp.write(_dump({"id": "cmpl-1", "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
@@ -152,11 +159,16 @@ class Served(str):
 
 @contextmanager
 def serving(
-    port: int, fault: str = "none", token_delay_s: float = 0.0, die_after: int = 10**9, tokens_per_chunk: int = 1
+    port: int,
+    fault: str = "none",
+    token_delay_s: float = 0.0,
+    die_after: int = 10**9,
+    tokens_per_chunk: int = 1,
+    force_usage: bool = False,
 ) -> Iterator[Served]:
     """The fake server on 127.0.0.1:port in a background thread with its own event loop."""
     loop = asyncio.new_event_loop()
-    app = make_app(fault, token_delay_s, die_after, tokens_per_chunk)
+    app = make_app(fault, token_delay_s, die_after, tokens_per_chunk, force_usage)
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())

@@ -48,6 +48,17 @@ def test_asks_only_for_final_usage_as_vllms_client_does(tmp_path: Path) -> None:
     assert level["itl_ms"]["mean"] == pytest.approx(level["tpot_ms"]["mean"], rel=0.01)
 
 
+def test_usage_on_every_chunk_still_gives_per_chunk_counts(tmp_path: Path) -> None:
+    # a server that sends usage on every chunk unasked (vLLM's --enable-force-include-usage): those chunks are parsed,
+    # not counted blind, so a chunk of 2 tokens counts as 2 gaps (7 ITL entries; 3 if the counts were lost)
+    with serving(free_port(), tokens_per_chunk=2, force_usage=True) as url:
+        outcome = run(cfg(url, concurrency=(1,), num_prompts=2), tmp_path / "r", None, print)
+    assert outcome.code == ExitCode.OK
+    records = [json.loads(line) for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
+    assert all(r["chunks"] == 4 and r["output_tokens"] == 8 and len(r["itl_s"]) == 7 for r in records)
+    assert all(r["itl_s"][0] == 0.0 and r["length_ok"] for r in records)  # the first chunk's second token
+
+
 @pytest.mark.parametrize(
     "fault, error_class",
     [("stall", "stalled"), ("disconnect", "disconnected"), ("http500", "http-500"), ("malformed", "malformed")],

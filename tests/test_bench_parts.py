@@ -4,6 +4,7 @@ hand, arrival times as vLLM draws them, the dataset format, the config's refusal
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,6 +27,36 @@ def test_sse_reader_frames_payloads_across_blocks() -> None:
     assert reader.feed(b":2}\r\n\n: ping\nevent: x\nid: 3\n\ndata:[DONE]\n") == [b'{"b":2}', DONE]
     assert reader.pending == b""
     assert reader.feed(b"data: half") == [] and reader.pending == b"data: half"
+
+
+def _line_by_line(stream: bytes) -> list[bytes]:
+    """The reference: every complete line that starts with `data:`, stripped."""
+    *lines, _ = stream.split(b"\n")
+    return [line[5:].strip() for line in lines if line.startswith(b"data:")]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sse_reader_fast_path_gives_what_line_by_line_reading_gives(seed: int) -> None:
+    # streams of whole vLLM-like events mixed with what the one-split path must not take for them: CRLF, comments,
+    # other fields, `data:` without a space, extra spaces; fed in random blocks, some of them whole events
+    rng = random.Random(seed)
+    pieces = [b'data: {"choices":[{"text":"a"}]}\n\n', b"data:{}\n\n", b"data:  {} \n\n", b": ping\n\n"]
+    pieces += [b"data: {}\r\n\r\n", b"event: x\ndata: {}\n\n", b"id: 3\n\n", b"data: [DONE]\n\n", b"data: x\ny\n\n"]
+    events = [rng.choice(pieces) for _ in range(300)]
+    stream = b"".join(events)
+    blocks, i = [], 0
+    while i < len(events):  # groups of 1-4 whole events, each fed whole or cut in two at a random byte
+        k = rng.randint(1, 4)
+        group = b"".join(events[i : i + k])
+        i += k
+        cut = rng.randint(1, len(group) - 1) if rng.random() < 0.5 else len(group)
+        blocks += [group[:cut], group[cut:]] if cut < len(group) else [group]
+    reader, got = SSEReader(), []
+    for block in blocks:
+        got += reader.feed(block)
+    assert got == _line_by_line(stream) and reader.pending == b""
+    whole = SSEReader()
+    assert [p for e in events for p in whole.feed(e)] == _line_by_line(stream)
 
 
 def test_finish_with_per_chunk_counts_gives_k_gaps_per_chunk() -> None:
