@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nemolaunch ab and tune on the H200 (vLLM 0.26 importable as python3), from the repository root. Two commands:
-#   bash benchmarks/gpu_ab.sh ab OUTDIR     # ~8 min: ONE ab, three co-resident servers on a dummy Llama-3.1-8B
+#   bash benchmarks/gpu_ab.sh ab OUTDIR     # ~9 min: ONE ab, three co-resident servers on a dummy Llama-3.1-8B
 #                                           # shape with online FP8: base (CUDA graphs, vLLM's FP8 kernel: CUTLASS),
 #                                           # eager (cuda_graphs=false) and base-again (--calibrate: the A/A side)
 #   bash benchmarks/gpu_ab.sh tune OUTDIR   # ~6.5 min: one tune of the same model and workload from the H200 probe
@@ -54,9 +54,9 @@ else
   conc=1,64
   seqs=256
   lens="--input-len 128 --output-len 32"
-  # 3 starts (2026-12-01: 133 s graphs, 72 s eager, 122 s; base-again may hit the compile cache) + 4 rounds of
-  # 6 passes of 4-11 s (eager ~4x slower) + warm-ups
-  ab_limit_s=${GPU_AB_LIMIT_S:-450}
+  # 3 starts (H200 2026-12-02: 149 s cold, 82 s eager, 69 s with the compile cache) + warm-ups + rounds of ~60 s
+  # (an eager pass takes ~15 s: 30 tok/s at c=1): 450 s left 1 round, 540 s should leave 3
+  ab_limit_s=${GPU_AB_LIMIT_S:-540}
   tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}  # base ~120 s, torch ~120 s, 6 screening + 12 final passes of ~3 s
   tune_limit_s=${GPU_AB_LIMIT_S:-375}
   tune_args=(--knobs probe --from tests/fixtures/gpu-h200-2026-12-01/probe-dense-fresh.json)

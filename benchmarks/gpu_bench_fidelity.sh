@@ -6,8 +6,9 @@
 # project's tokenizer padded to it, dummy weights, online FP8; the flags vLLM needs are read from the folder's
 # nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 2 warm-up passes of each client at
 # c=256, then A B B A x 2 at c = 1, 16, 64, 256 (256 in / 128 out, ignore_eos), nemolaunch with
-# its default --client-processes; `nemolaunch roofline` on one nemolaunch pass at each level; server-cost (what continuous
-# usage stats cost the API server) only if time remains.
+# its default --client-processes; `nemolaunch roofline` on one nemolaunch pass at each level; then, if time remains,
+# c=256 again with one client process (OUTDIR/one-process/) and server-cost (what continuous usage stats cost the
+# API server).
 # Writes OUTDIR/fidelity.json, fidelity.md, roofline.txt, server.log, fidelity.log (and server-cost.json); prints
 # the ratio table last. Budget: 6 min wall-clock in all (server start 60-150 s; every step has a time limit).
 # For a dry run elsewhere (the CPU engine), these may be changed: PY (runs nemolaunch), ENGINE_PY (imports vLLM),
@@ -57,6 +58,14 @@ for summary in "$out"/nemolaunch-c*.summary.json; do
   [ -f "$summary" ] || continue
   timeout 15 $PY -m launcher roofline "$summary" --model "$model" >>"$out/roofline.txt" 2>&1 || true
 done
+# c=256 read 6% low on 2026-12-02 (every pair below 1) with nemolaunch's default of 4 client processes there: the
+# same level with one client process, on the same warm server, says whether the split is the cause
+if [ "$(left)" -gt 150 ]; then
+  timeout "$(($(left) - 20))" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
+    --out "$out/one-process" --levels 256 --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" --blocks 2 \
+    --warmup-passes 0 --min-prompts 8 --client-processes 1 --budget "$(($(left) - 30))" >"$out/one-process.log" 2>&1 \
+    || echo "one-process run failed or ran out of time: see one-process.log" >&2
+fi
 if [ "$(left)" -gt 40 ]; then
   timeout "$(($(left) - 15))" $PY benchmarks/bench_fidelity.py server-cost --url "$url" --pid $pid --out "$out" \
     --concurrency 256 --requests-per-stream 1 --output-len 128 --blocks 1 >"$out/server-cost.log" 2>&1 \
@@ -66,3 +75,4 @@ rm -rf "$out/work"
 echo "total $SECONDS s" >&2
 cat "$out/roofline.txt" "$out"/server-cost.log 2>/dev/null
 cat "$out/fidelity.log"
+[ -f "$out/one-process/fidelity.md" ] && cat "$out/one-process/fidelity.md"

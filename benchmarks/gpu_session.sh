@@ -63,7 +63,7 @@ stage() {  # NAME MIN_S MAX_S COMMAND...: run if MIN_S fits before the deadline,
 for s in "${stages[@]}"; do
   case $s in
     fidelity) stage fidelity 240 400 env MODEL_DIR="$model" BUDGET=400 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity" ;;
-    ab) stage ab 300 480 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
+    ab) stage ab 300 570 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
     tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
     moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" bash benchmarks/gpu_shapes.sh "$results/moe" ;;
