@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.bench_client import alone
 from benchmarks.capture_stream import BODIES, raw_post
 from launcher.bench.stream import DONE, SSEReader
 from tests.conftest import free_port
@@ -30,19 +31,8 @@ CAPTURE = json.loads((ROOT / "tests" / "fixtures" / "bench" / "stream-capture.js
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, int]]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stream_server.py"), str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with alone(port, "fast") as (url, _):
         yield url, port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def stats(url: str) -> dict[str, float]:
