@@ -58,7 +58,7 @@ for summary in "$out"/nemolaunch-c*.summary.json; do
   [ -f "$summary" ] || continue
   timeout 15 $PY -m launcher roofline "$summary" --model "$model" >>"$out/roofline.txt" 2>&1 || true
 done
-# c=256 read 6% low on 2026-12-02 (every pair below 1) with nemolaunch's default of 4 client processes there: the
+# c=256 read 6% low on 2026-12-02 (every pair below 1) with nemolaunch's default of 2 client processes there: the
 # same level with one client process, on the same warm server, says whether the split is the cause
 if [ "$(left)" -gt 150 ]; then
   timeout "$(($(left) - 20))" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
