@@ -80,6 +80,11 @@ def redact_obj(obj: Any) -> Any:
     return obj
 
 
+def bearer(key: str | None) -> dict[str, str]:
+    """The header that sends `key` to an OpenAI-compatible server (none without a key)."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def api_key(key_file: Path | None = None, environ: Mapping[str, str] = os.environ) -> str | None:
     """The API key for a server that asks for one: the first line of `key_file`, else $NEMOLAUNCH_API_KEY, else
     $VLLM_API_KEY (what vLLM itself reads), else $OPENAI_API_KEY. The key is remembered, so it is masked in

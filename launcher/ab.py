@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from checks.secrets import bearer
 from launcher import abstats
 from launcher.abpass import METRICS, PassResult, read_pass
 from launcher.errors import BadInput, ExitCode, NemolaunchError
@@ -272,7 +273,7 @@ class ServerPool:
 
 def greedy_answers(url: str, model: str, key: str | None = None) -> list[list[int]]:
     """The token ids of a greedy completion of each fixed prompt (one at a time: batch composition stays fixed)."""
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    headers = {"Content-Type": "application/json", **bearer(key)}
     out = []
     for prompt in ANSWER_PROMPTS:
         body = {

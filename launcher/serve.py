@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.secrets import api_key, redact_obj, redact_text, remember
+from checks.secrets import api_key, bearer, redact_obj, redact_text, remember
 from launcher.diagnose import Matcher, load_rules
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode, NemolaunchError
@@ -302,7 +302,7 @@ def smoke_completion(url: str, model: str, key: str | None = None, max_tokens: i
         "ignore_eos": True,
         "stream_options": {"include_usage": True},
     }
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    headers = {"Content-Type": "application/json", **bearer(key)}
     req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=headers)
     from launcher.bench.stream import DONE, SSEReader
 

@@ -22,11 +22,12 @@ from typing import Any
 import psutil
 
 from checks.proc import spawn_group, stop_group
+from checks.secrets import bearer
 from launcher.errors import NemolaunchError
 
 
 def get_json(url: str, timeout: float = 5.0, key: str | None = None) -> Any:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = bearer(key)
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
         return json.loads(resp.read() or b"null")
 

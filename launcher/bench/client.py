@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from checks.secrets import bearer
 from launcher.bench.stream import DONE, SSEReader
 from launcher.errors import NemolaunchError, NotReady
 
@@ -66,7 +67,7 @@ class Target:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return bearer(self.api_key)
 
     def request(self, prompt: str, output_len: int) -> tuple[str, dict[str, Any]]:
         # what vLLM bench serve sends, nothing more: no min_tokens (a logits processor on every step; ignore_eos
@@ -247,7 +248,7 @@ class ServerInfo:
 
 async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None) -> ServerInfo:
     """What the server serves, from /v1/models; anything that is not an OpenAI-compatible model list is one line."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = bearer(api_key)
     fix = "give the address of an OpenAI-compatible server (vLLM: http://HOST:PORT, without /v1)"
     try:
         models = await get_json(session, "GET", f"{url}/v1/models", headers=headers)
