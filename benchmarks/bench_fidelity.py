@@ -13,6 +13,12 @@ bench` (default: this interpreter). Ratios are ours / vLLM's per adjacent pair (
 spread is the lowest and highest pair ratio. Each client's own CPU time per output token is printed too (nemolaunch's
 client_cpu_s of the level, all its client processes; vLLM's driver process during its run, warm-ups included).
 
+`--one-process-arm` adds a third client, nemolaunch with `--client-processes 1`, to the same blocks: A B C C B A
+(then C B A A B C), each nemolaunch pass paired with the vLLM pass beside it. Every block also gives vLLM's client
+against itself (its second pass over its first): the noise of the same client run twice, the yardstick for the
+ratios. With `--server-pid` (the API server's pid), each pass also records the API server's CPU per output token and
+its engine core's (the server's children), from psutil: whether a client makes the server work more per token.
+
 `server-cost` measures what continuous usage stats cost the server: the API server process's CPU seconds per
 output token (psutil, that process alone; vLLM's engine core is another process) over passes that ask for
 `include_usage` only and passes that add `continuous_usage_stats`, interleaved A B B A.
@@ -129,7 +135,50 @@ def startup_cpu(python: str) -> float:
     return _STARTUP[0]
 
 
-def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folder: Path) -> dict[str, float]:
+class ServerCpu:
+    """CPU seconds of the API server process and of its children (vLLM's engine core) over a pass, from psutil."""
+
+    def __init__(self, pid: int | None) -> None:
+        import psutil
+
+        self.proc = psutil.Process(pid) if pid else None
+
+    def read(self) -> tuple[float, float]:
+        if self.proc is None:
+            return 0.0, 0.0
+        t = self.proc.cpu_times()
+        kids = 0.0
+        for child in self.proc.children(recursive=True):
+            try:
+                c = child.cpu_times()
+            except Exception:  # a helper process that ended between the listing and the read
+                continue
+            kids += c.user + c.system
+        return t.user + t.system, kids
+
+    def per_token(self, before: tuple[float, float], tokens: int, since: float) -> dict[str, float]:
+        """Over the whole pass (the client's start-up and warm-up requests too): CPU per token, and the API
+        server's CPU seconds per wall second (near 1: its one core is the limit)."""
+        if self.proc is None:
+            return {}
+        after = self.read()
+        return {
+            "api_us_per_tok": (after[0] - before[0]) / max(1, tokens) * 1e6,
+            "engine_us_per_tok": (after[1] - before[1]) / max(1, tokens) * 1e6,
+            "api_cpu_per_wall_s": (after[0] - before[0]) / max(1e-9, time.monotonic() - since),
+        }
+
+
+def ours(
+    args: argparse.Namespace,
+    model: str,
+    c: int,
+    n: int,
+    data: Path,
+    folder: Path,
+    processes: int | None,
+    server: ServerCpu,
+) -> dict[str, float]:
     startup = startup_cpu(args.nemolaunch_python)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [
@@ -153,8 +202,9 @@ def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folde
         "2",
         "--out",
         str(folder),
-        *(["--client-processes", str(args.client_processes)] if args.client_processes else []),
+        *(["--client-processes", str(processes)] if processes else []),
     ]
+    s0, t0 = server.read(), time.monotonic()  # over the whole pass, warm-up requests included, as for vLLM's below
     subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     level = json.loads((folder / "summary.json").read_text())["levels"][0]
@@ -166,10 +216,14 @@ def ours(args: argparse.Namespace, model: str, c: int, n: int, data: Path, folde
         "ttft_ms": level["ttft_ms"]["mean"],
         "cpu_us_per_tok": level.get("client_cpu_s", cpu) / max(1, tokens) * 1e6,
         "failed": level["failed"],
+        **server.per_token(s0, tokens + 2 * args.output_len, t0),
     }
 
 
-def theirs(args: argparse.Namespace, client: VllmClient, model: str, c: int, n: int, data: Path) -> dict[str, float]:
+def theirs(
+    args: argparse.Namespace, client: VllmClient, model: str, c: int, n: int, data: Path, server: ServerCpu
+) -> dict[str, float]:
+    s0, t0 = server.read(), time.monotonic()
     r = client.run(
         [
             "--backend",
@@ -197,13 +251,27 @@ def theirs(args: argparse.Namespace, client: VllmClient, model: str, c: int, n: 
             "--disable-tqdm",
         ]
     )
+    tokens = int(r["total_output_tokens"] or 0)
     return {
         "tok_s": r["output_throughput"],
         "tpot_ms": r["mean_tpot_ms"],
         "ttft_ms": r["mean_ttft_ms"],
-        "cpu_us_per_tok": r["client_cpu_s"] / max(1, r["total_output_tokens"] or 1) * 1e6,
+        "cpu_us_per_tok": r["client_cpu_s"] / max(1, tokens) * 1e6,
         "failed": r["failed"],
+        **server.per_token(s0, tokens + 2 * args.output_len, t0),
     }
+
+
+METRICS = ("tok_s", "tpot_ms", "ttft_ms")
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def ratios(got: list[tuple[dict[str, float], dict[str, float]]]) -> dict[str, dict[str, float]]:
+    per = {k: [x[k] / y[k] for x, y in got if y[k]] for k in METRICS}
+    return {k: spread(v) for k, v in per.items() if v}
 
 
 def fidelity(args: argparse.Namespace) -> None:
@@ -220,18 +288,27 @@ def fidelity(args: argparse.Namespace) -> None:
         for c in levels
     }
     client = VllmClient(args.engine)
+    server = ServerCpu(args.server_pid)
     passes = 0
+    # the clients compared with vLLM's: name -> nemolaunch's --client-processes (None: its default)
+    arms: dict[str, int | None] = {"ours": args.client_processes}
+    if args.one_process_arm:
+        arms["ours-1p"] = 1
 
-    def a(c: int) -> dict[str, float]:
+    def run(arm: str, c: int) -> dict[str, float]:
         nonlocal passes
+        if arm == "vllm":
+            return theirs(args, client, model, c, count[c], data[c], server)
         passes += 1
-        return ours(args, model, c, count[c], data[c], work / f"ours-{passes}")
-
-    def b(c: int) -> dict[str, float]:
-        return theirs(args, client, model, c, count[c], data[c])
+        got = ours(args, model, c, count[c], data[c], work / f"ours-{passes}", arms[arm], server)
+        (out / f"nemolaunch-c{c}.summary.json").write_text((work / f"ours-{passes}" / "summary.json").read_text())
+        return got
 
     top = max(levels)
-    pairs: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {c: [] for c in levels}
+    pairs: dict[int, dict[str, list[tuple[dict[str, float], dict[str, float]]]]] = {
+        c: {a: [] for a in arms} for c in levels
+    }
+    aa: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {c: [] for c in levels}
     took_block: dict[int, float] = {}
     skipped = 0
     stopped = False
@@ -245,7 +322,8 @@ def fidelity(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, stop)  # `timeout` ends the run: print what was measured
     try:
         for _ in range(args.warmup_passes):  # a fresh server warms up over its first passes: discard them
-            a(top), b(top)
+            for arm in [*arms, "vllm"]:
+                run(arm, top)
         for block in range(args.blocks):  # a round over every level per block: a short budget drops whole rounds
             for c in levels:
                 elapsed = time.monotonic() - started
@@ -253,25 +331,39 @@ def fidelity(args: argparse.Namespace) -> None:
                     skipped += 1
                     continue
                 t0 = time.monotonic()
-                a1, b1, b2, a2 = a(c), b(c), b(c), a(c)
-                pairs[c] += [(a1, b1), (a2, b2)]
+                # A B B A with one nemolaunch arm; A B C C B A with two, mirrored every other block, so that each
+                # nemolaunch pass sits beside a vLLM pass and no arm always runs first
+                first = [*arms][:: 1 if block % 2 == 0 else -1]
+                half = [first[0], "vllm", *first[1:]]
+                order = half + half[::-1]
+                got: dict[str, list[dict[str, float]]] = {}
+                for arm in order:
+                    got.setdefault(arm, []).append(run(arm, c))
+                for arm in arms:
+                    pairs[c][arm] += list(zip(got[arm], got["vllm"], strict=True))
+                aa[c].append((got["vllm"][1], got["vllm"][0]))
                 took_block[c] = time.monotonic() - t0
-                last = work / f"ours-{passes}" / "summary.json"
-                (out / f"nemolaunch-c{c}.summary.json").write_text(last.read_text())
     except TimeoutError:
         stopped = True
         client.proc.kill()
     rows: dict[int, dict[str, Any]] = {}
-    for c, got in pairs.items():
-        if not got:
+    for c in levels:
+        if not aa[c]:
             continue
-        ratio = {k: [x[k] / y[k] for x, y in got if y[k]] for k in ("tok_s", "tpot_ms", "ttft_ms")}
         rows[c] = {
-            "pairs": [{"ours": x, "vllm": y} for x, y in got],
-            "ratio": {k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v)} for k, v in ratio.items() if v},
-            "cpu_us_per_tok": {
-                "ours": statistics.fmean(x["cpu_us_per_tok"] for x, _ in got),
-                "vllm": statistics.fmean(y["cpu_us_per_tok"] for _, y in got),
+            "arms": {
+                arm: {
+                    "client_processes": arms[arm],
+                    "pairs": [{"ours": x, "vllm": y} for x, y in got_pairs],
+                    "ratio": ratios(got_pairs),
+                    "mean": {k: statistics.fmean(x[k] for x, _ in got_pairs) for k in got_pairs[0][0]},
+                }
+                for arm, got_pairs in pairs[c].items()
+                if got_pairs
+            },
+            "vllm": {
+                "mean": {k: statistics.fmean(p[k] for pair in aa[c] for p in pair) for k in aa[c][0][0]},
+                "aa_ratio": ratios(aa[c]),  # its second pass of a block over its first
             },
         }
     if not stopped:
@@ -285,35 +377,48 @@ def fidelity(args: argparse.Namespace) -> None:
         "blocks": args.blocks,
         "blocks_skipped_for_time": skipped,
         "stopped_by_timeout": stopped,
-        "client_processes": args.client_processes,
+        "arms": arms,
         "warmup_passes": args.warmup_passes,
         "levels": rows,
         "seconds": round(took, 1),
     }
     (out / "fidelity.json").write_text(json.dumps(doc, indent=2))
     lines = [
-        f"nemolaunch (--client-processes {args.client_processes or 'auto'}) / vllm bench serve, {args.input_len} in / "
-        f"{args.output_len} out, A B B A x {args.blocks} ({skipped} level block(s) dropped for time"
+        f"nemolaunch / vllm bench serve, {args.input_len} in / {args.output_len} out, "
+        f"{' '.join(order_name(len(arms)))} x {args.blocks} ({skipped} level block(s) dropped for time"
         f"{', stopped by its time limit' if stopped else ''}), "
         f"{args.warmup_passes} warm-up pass(es) each at c={top}, {took:.0f} s",
-        "| c | prompts | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | ours tok/s | "
-        "vLLM tok/s | client CPU us/tok: ours (the level) / vLLM (its run, with warm-ups) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| c | prompts | client | tok/s ratio (min-max) | TPOT ratio (min-max) | TTFT ratio (min-max) | tok/s | "
+        "client CPU us/tok | API server us/tok (CPU s per wall s) | engine core us/tok |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c, row in rows.items():
-        r = row["ratio"]
-        if len(r) < 3:
-            continue
-        cells = [f"{r[k]['mean']:.3f} ({r[k]['min']:.3f}-{r[k]['max']:.3f})" for k in ("tok_s", "tpot_ms", "ttft_ms")]
-        mine = statistics.fmean(p["ours"]["tok_s"] for p in row["pairs"])
-        vl = statistics.fmean(p["vllm"]["tok_s"] for p in row["pairs"])
-        cpu = row["cpu_us_per_tok"]
-        lines.append(
-            f"| {c} | {count[c]} | " + " | ".join(cells) + f" | {mine:.0f} | {vl:.0f} | "
-            f"{cpu['ours']:.1f} / {cpu['vllm']:.1f} |"
-        )
+        cells = []
+        for arm, r in row["arms"].items():
+            cells.append(
+                (
+                    f"nemolaunch ({'--client-processes ' + str(arms[arm]) if arms[arm] else 'its default'})",
+                    r["ratio"],
+                    r["mean"],
+                )
+            )
+        cells.append(("vLLM, 2nd pass / 1st (the same client twice)", row["vllm"]["aa_ratio"], row["vllm"]["mean"]))
+        for name, r, mean in cells:
+            if len(r) < 3:
+                continue
+            ratio_cells = [f"{r[k]['mean']:.3f} ({r[k]['min']:.3f}-{r[k]['max']:.3f})" for k in METRICS]
+            srv = [f"{mean[k]:.1f}" if k in mean else "-" for k in ("api_us_per_tok", "engine_us_per_tok")]
+            srv[0] += f" ({mean['api_cpu_per_wall_s']:.2f}/s)" if "api_cpu_per_wall_s" in mean else ""
+            lines.append(
+                f"| {c} | {count[c]} | {name} | " + " | ".join(ratio_cells) + f" | {mean['tok_s']:.0f} | "
+                f"{mean['cpu_us_per_tok']:.1f} | " + " | ".join(srv) + " |"
+            )
     (out / "fidelity.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def order_name(arms: int) -> list[str]:
+    return ["A", "B", "B", "A"] if arms == 1 else ["A", "B", "C", "C", "B", "A"]
 
 
 def server_cost(args: argparse.Namespace) -> None:
@@ -385,6 +490,8 @@ if __name__ == "__main__":
     parser.add_argument("--min-prompts", type=int, default=16)
     parser.add_argument("--budget", type=float, help="seconds: drop later blocks that would not fit (fidelity)")
     parser.add_argument("--client-processes", type=int, help="nemolaunch bench --client-processes [its default]")
+    parser.add_argument("--one-process-arm", action="store_true", help="add nemolaunch with one client process")
+    parser.add_argument("--server-pid", type=int, help="the API server's pid: its CPU per token per pass (fidelity)")
     parser.add_argument("--pid", type=int, help="the API server's process id (server-cost)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests-per-stream", type=int, default=2)

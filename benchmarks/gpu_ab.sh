@@ -7,8 +7,8 @@
 #                                           # of 2026-12-01 (its close call: per-tensor torch FP8 against CUTLASS),
 #                                           # its final judged against the ab's measured A/A floor ($GPU_AB_FLOOR:
 #                                           # the ab.json the ab command wrote, when given)
-# Both: concurrency 1 and 64, 128 in / 32 out tokens, one unmeasured warm-up pass per server start; ab asks 4
-# interleaved order-balanced rounds and keeps what the guard leaves (>= 3 expected). Every server has the same
+# Both: concurrency 1 and 64, 128 in / 32 out tokens, one unmeasured warm-up pass per server start; ab asks 3
+# interleaved order-balanced rounds ($GPU_AB_ROUNDS) and keeps what the guard leaves if they do not fit. Every server has the same
 # settings (max_model_len 2048, max_num_seqs 256, CUDA graphs) and model folder as gpu_bench_fidelity.sh's, so a
 # later start can hit vLLM's compile cache. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
 # the completed rounds / trials and still writes its results). A side that cannot start is a result (infeasible,
@@ -55,8 +55,8 @@ else
   seqs=256
   lens="--input-len 128 --output-len 32"
   # 3 starts (H200 2026-12-02: 149 s cold, 82 s eager, 69 s with the compile cache) + warm-ups + rounds of ~60 s
-  # (an eager pass takes ~15 s: 30 tok/s at c=1): 450 s left 1 round, 540 s should leave 3
-  ab_limit_s=${GPU_AB_LIMIT_S:-540}
+  # (an eager pass takes ~15 s: 30 tok/s at c=1): 450 s left 1 round (150 s after the starts), 570 s should leave 3
+  ab_limit_s=${GPU_AB_LIMIT_S:-570}
   tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}  # base ~120 s, torch ~120 s, 6 screening + 12 final passes of ~3 s
   tune_limit_s=${GPU_AB_LIMIT_S:-375}
   tune_args=(--knobs probe --from tests/fixtures/gpu-h200-2026-12-01/probe-dense-fresh.json)
@@ -101,7 +101,7 @@ case $what in
     profile "$p" "gpu_ab: CUDA graphs"
     timeout -s TERM "$ab_limit_s" "$launcher" -m launcher ab --model "$ab_model" --python "$engine" \
       --config "base=$p" --config "eager=$p,cuda_graphs=false" --calibrate \
-      --concurrency "$conc" $lens --warmup 2 --warmup-passes 1 --rounds 4 --out "$work/ab" \
+      --concurrency "$conc" $lens --warmup 2 --warmup-passes 1 --rounds "${GPU_AB_ROUNDS:-3}" --out "$work/ab" \
       > "$work/verdicts.txt" 2> >(quiet > "$work/progress.txt") || rc=$?
     sleep 1
     keep "$work/verdicts.txt" "$work/progress.txt" "$work/ab/ab.json" "$work/ab/report.md" "$work/ab/ratios.png"

@@ -7,8 +7,9 @@
 # nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 2 warm-up passes of each client at
 # c=256, then A B B A x 2 at c = 1, 16, 64, 256 (256 in / 128 out, ignore_eos), nemolaunch with
 # its default --client-processes; `nemolaunch roofline` on one nemolaunch pass at each level; then, if time remains,
-# c=256 again with one client process (OUTDIR/one-process/) and server-cost (what continuous usage stats cost the
-# API server).
+# server-cost (what continuous usage stats cost the API server). Every pass records the API server's and the engine
+# core's CPU per output token. ONE_PROCESS_ARM=1 adds nemolaunch with one client process to the same blocks
+# (A B C C B A): on 2026-12-02 c=256 read 6% low with its default of 2 processes there. BLOCKS: default 2.
 # Writes OUTDIR/fidelity.json, fidelity.md, roofline.txt, server.log, fidelity.log (and server-cost.json); prints
 # the ratio table last. Budget: 6 min wall-clock in all (server start 60-150 s; every step has a time limit).
 # For a dry run elsewhere (the CPU engine), these may be changed: PY (runs nemolaunch), ENGINE_PY (imports vLLM),
@@ -18,7 +19,7 @@ out=$(mkdir -p "$1" && cd "$1" && pwd)
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 ENGINE_PY=${ENGINE_PY:-python3}
-budget=${BUDGET:-360}
+budget=${BUDGET:-${STAGE_S:-360}}  # gpu_session.sh gives its stage's limit in STAGE_S
 left() { echo $((budget - SECONDS)); }
 work=$(mktemp -d)
 model=${MODEL_DIR:-$work/llama-3.1-8b}
@@ -50,22 +51,15 @@ grep -E "Model loading took|torch.compile takes|Graph capturing finished|init en
 # when its own --budget says they would not fit, so the table is always printed
 limit=$(($(left) - 25))
 timeout "$limit" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
-  --out "$out" --levels "${LEVELS:-1,16,64,256}" --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" --blocks 2 --warmup-passes 1 \
-  --min-prompts 8 --budget "$((limit - 10))" >"$out/fidelity.log" 2>&1 \
+  --out "$out" --levels "${LEVELS:-1,16,64,256}" --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" \
+  --blocks "${BLOCKS:-2}" --warmup-passes 1 --min-prompts 8 --budget "$((limit - 10))" --server-pid $pid \
+  ${ONE_PROCESS_ARM:+--one-process-arm} >"$out/fidelity.log" 2>&1 \
   || echo "fidelity run failed or ran out of time: see fidelity.log" >&2
 : >"$out/roofline.txt"
 for summary in "$out"/nemolaunch-c*.summary.json; do
   [ -f "$summary" ] || continue
   timeout 15 $PY -m launcher roofline "$summary" --model "$model" >>"$out/roofline.txt" 2>&1 || true
 done
-# c=256 read 6% low on 2026-12-02 (every pair below 1) with nemolaunch's default of 2 client processes there: the
-# same level with one client process, on the same warm server, says whether the split is the cause
-if [ "$(left)" -gt 150 ]; then
-  timeout "$(($(left) - 20))" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
-    --out "$out/one-process" --levels 256 --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" --blocks 2 \
-    --warmup-passes 0 --min-prompts 8 --client-processes 1 --budget "$(($(left) - 30))" >"$out/one-process.log" 2>&1 \
-    || echo "one-process run failed or ran out of time: see one-process.log" >&2
-fi
 if [ "$(left)" -gt 40 ]; then
   timeout "$(($(left) - 15))" $PY benchmarks/bench_fidelity.py server-cost --url "$url" --pid $pid --out "$out" \
     --concurrency 256 --requests-per-stream 1 --output-len 128 --blocks 1 >"$out/server-cost.log" 2>&1 \
@@ -75,4 +69,3 @@ rm -rf "$out/work"
 echo "total $SECONDS s" >&2
 cat "$out/roofline.txt" "$out"/server-cost.log 2>/dev/null
 cat "$out/fidelity.log"
-[ -f "$out/one-process/fidelity.md" ] && cat "$out/one-process/fidelity.md"

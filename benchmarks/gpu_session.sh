@@ -5,8 +5,9 @@
 #   setsid bash benchmarks/gpu_session.sh RESULTS [STAGE ...] > RESULTS.log 2>&1 < /dev/null &
 #   bash benchmarks/gpu_session.sh --collect RESULTS TARBALL SECONDS   # waits until done or SECONDS pass,
 #                                                                      # refreshing TARBALL every 15 s
-# Stages (default: all, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh), probe
-# (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8). Each writes RESULTS/STAGE/ and its
+# Stages (default: all but fidelity256, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh),
+# probe (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); fidelity256 (c=256 alone, three
+# clients). Each stage's command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its
 # console output RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
 # online FP8) with the same settings, so later vLLM starts can hit the compile cache. SESSION_S (default 1500)
@@ -55,18 +56,21 @@ stage() {  # NAME MIN_S MAX_S COMMAND...: run if MIN_S fits before the deadline,
   [ "$left" -lt "$max" ] && max=$left
   log "$name: start (limit $max s)"
   mkdir -p "$results/$name"
-  timeout -s TERM -k 20 "$max" "$@" > "$results/$name.log" 2>&1
+  STAGE_S=$((max - 10)) timeout -s TERM -k 20 "$max" "$@" > "$results/$name.log" 2>&1
   rc=$?
   log "$name: exit $rc"
 }
 
 for s in "${stages[@]}"; do
   case $s in
-    fidelity) stage fidelity 240 400 env MODEL_DIR="$model" BUDGET=400 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity" ;;
-    ab) stage ab 300 570 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
+    fidelity) stage fidelity 240 400 env MODEL_DIR="$model" bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity" ;;
+    # c=256 alone, nemolaunch with its default client split and with one process beside vLLM's client (A B C C B A)
+    fidelity256) stage fidelity256 240 420 env MODEL_DIR="$model" LEVELS=256 ONE_PROCESS_ARM=1 \
+      bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256" ;;
+    ab) stage ab 300 600 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
     tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
-    moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" bash benchmarks/gpu_shapes.sh "$results/moe" ;;
+    moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" NUM_PROMPTS=32 bash benchmarks/gpu_shapes.sh "$results/moe" ;;
     *) log "$s: unknown stage" ;;
   esac
 done

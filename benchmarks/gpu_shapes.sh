@@ -3,6 +3,7 @@
 # each level's share of the memory-bandwidth limit.
 #   bash benchmarks/gpu_shapes.sh OUTDIR
 #   SHAPES="llama-3.1-8b:nvfp4" bash benchmarks/gpu_shapes.sh OUTDIR     # other shapes, NAME:QUANTIZATION each
+#   NUM_PROMPTS=32 ...                                                    # prompts per level (default 64)
 # Default: the Llama-3.1-8B shape with online FP8 and the Qwen3-30B-A3B MoE shape in bf16, written by
 # `nemolaunch model shape` (no weights: serve adds --load-format dummy), each served once with CUDA graphs and swept
 # at concurrency 1 and 16, 64 prompt / 64 output tokens. About 5-6 minutes on a fresh H200 (two cold vLLM starts of
@@ -22,7 +23,7 @@ for item in $shapes; do
   tag=$name-$quant
   python3 -m launcher model shape "$name" "$work/$tag" --quantization "$quant" --python python3
   timeout 300 python3 -m launcher bench --profile "$work/shapes.toml" --model "$work/$tag" --python python3 \
-    --label "$tag" --concurrency 1,16 --input-len 64 --output-len 64 --num-prompts 64 --warmup 4 \
+    --label "$tag" --concurrency 1,16 --input-len 64 --output-len 64 --num-prompts "${NUM_PROMPTS:-64}" --warmup 4 \
     --out "$work/$tag" 2>&1 | grep -v "^(\|^INFO\|^WARNING\|^DEBUG" || true
   [ -f "$work/$tag/server.log" ] && cp "$work/$tag/server.log" "$out/$tag-server.log"
   if [ -f "$work/$tag/summary.json" ]; then
