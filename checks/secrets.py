@@ -20,6 +20,9 @@ API_KEY_VARIABLES = ("NEMOLAUNCH_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|AUTH|CREDENTIAL|COOKIE|SESSION|PRIVATE|SIGNATURE", re.IGNORECASE)
 # a name that contains a secret word but names no secret: keep these readable
 _NOT_SECRET_NAME = re.compile(r"^(VLLM_)?(KEY_?VALUE|KV_?CACHE\w*|MAX_?TOKENS?\w*|\w*TOKENIZER\w*|PASSTHROUGH)$", re.I)
+# a count of text tokens (mean_prompt_tokens, total_output_tokens, num_tokens): a number under such a name is no
+# secret, and masking it broke the documents' numbers (bench's mean_prompt_tokens read "<redacted>" on the H200)
+_TOKEN_COUNT_NAME = re.compile(r"TOKENS|TOKEN_?COUNT|NUM_?TOKEN|N_?TOKEN", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):(?P<password>[^/\s@]+)@")
 _TOKEN_SHAPES = re.compile(
     r"\bhf_[A-Za-z0-9]{20,}"  # Hugging Face
@@ -59,11 +62,21 @@ def redact_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else redact_text(v)) for k, v in environ.items()}
 
 
+def _masked(key: Any, value: Any) -> bool:
+    """Whether a value goes under the mask for its key's name alone: any value under a secret-named key, except a
+    number under a name that counts tokens."""
+    if not (isinstance(key, str) and is_secret_name(key) and value):
+        return False
+    counted = isinstance(value, int | float) and not isinstance(value, bool)
+    return not (counted and _TOKEN_COUNT_NAME.search(key))
+
+
 def redact_obj(obj: Any) -> Any:
-    """A JSON-like document with every secret masked: values under secret-named keys, and secret-shaped strings
-    anywhere (argv lists included: the value after `--api-key` or `--hf-token` is masked too)."""
+    """A JSON-like document with every secret masked: values under secret-named keys (but a token count), and
+    secret-shaped strings anywhere (argv lists included: the value after `--api-key` or `--hf-token` is masked
+    too)."""
     if isinstance(obj, Mapping):
-        return {k: (MASK if isinstance(k, str) and is_secret_name(k) and v else redact_obj(v)) for k, v in obj.items()}
+        return {k: (MASK if _masked(k, v) else redact_obj(v)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         out, hide_next = [], False
         for item in obj:

@@ -330,7 +330,10 @@ def annotate(
     workload = summary.get("workload") or {}
 
     def context_of(level: dict[str, Any]) -> float:
-        prompt = level.get("mean_prompt_tokens") or level.get("input_len") or workload.get("input_len") or 0
+        # the first number of: the prompts as the server counted them, the level's length, the sweep's (a summary
+        # written before 2026-12-02's fix has "<redacted>" for the first)
+        given = (level.get("mean_prompt_tokens"), level.get("input_len"), workload.get("input_len"))
+        prompt = next((v for v in given if isinstance(v, int | float) and not isinstance(v, bool) and v > 0), 0)
         return float(prompt) + float(workload.get("output_len") or 0) / 2
 
     levels = []

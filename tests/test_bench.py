@@ -163,6 +163,7 @@ def test_summary_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert {"concurrency", "completed", "failed", "output_throughput_tok_s", "request_throughput_req_s"} <= set(level)
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         assert set(level[metric]) == {"mean", "p50", "p90", "p99"}
+    assert level["mean_prompt_tokens"] == 8.0  # the server's count, a number on disk (not masked for its name)
     for name in ("summary.csv", "requests.jsonl", "report.md", "throughput.png", "latency.png", "vllm-c1-in8.json"):
         assert (tmp_path / "r" / name).is_file(), name
 

@@ -205,3 +205,17 @@ def test_a_levels_prompts_as_the_server_counted_them_set_its_context() -> None:
     assert labelled.levels[0].context_len == 512 + 64 and counted.levels[0].context_len == 256 + 64
     assert counted.levels[0].kv_bytes == pytest.approx(labelled.levels[0].kv_bytes * 320 / 576)
     assert counted.context_len == 320  # the report's line and the c=1 ceiling use the first level's
+
+
+def test_a_masked_prompt_count_falls_back_to_the_levels_length() -> None:
+    """bench summaries written on 2026-12-02 before the fix in checks.secrets carry "mean_prompt_tokens":
+    "<redacted>" (the H200's MoE shape and c=256 runs): roofline reads the level's input_len instead of dying in
+    float()."""
+    from launcher import shapes
+
+    path = FIXTURES / "gpu-h200-2026-12-02" / "fidelity" / "nemolaunch-c256.summary.json"
+    summary = json.loads(path.read_text())
+    summary["levels"][0]["mean_prompt_tokens"] = "<redacted>"
+    config = shapes.resolve("llama-3.1-8b", "fp8").config
+    got = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
+    assert got.levels[0].context_len == 512 + 64

@@ -55,6 +55,28 @@ def test_redact_obj_masks_secret_keys_and_flag_values() -> None:
     }
 
 
+def test_redact_obj_keeps_token_counts_but_not_numeric_secrets() -> None:
+    """bench's summary.json on the H200 (2026-12-02) read "mean_prompt_tokens": "<redacted>" (its name says TOKEN)
+    and `nemolaunch roofline` died on it: a number under a name that counts tokens is kept; any other value under
+    a secret name is still masked, numbers too."""
+    doc = {
+        "mean_prompt_tokens": 256.0,
+        "total_output_tokens": 131072,
+        "num_tokens": 8,
+        "api_token": 123456789,  # a numeric secret
+        "hf_tokens": ["hf_abcdefghijklmnopqrstuvwxyz"],  # not a number: masked
+        "session_pin": 1234,
+    }
+    assert secrets.redact_obj(doc) == {
+        "mean_prompt_tokens": 256.0,
+        "total_output_tokens": 131072,
+        "num_tokens": 8,
+        "api_token": "<redacted>",
+        "hf_tokens": "<redacted>",
+        "session_pin": "<redacted>",
+    }
+
+
 def test_api_key_sources(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("from-the-file\n")
