@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -279,7 +280,8 @@ def fidelity(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
-    work.mkdir(exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # this script's scratch (a rerun into the same OUT starts clean)
+    work.mkdir()
     model = args.model or served_model(args.url)
     levels = [int(x) for x in args.levels.split(",")]
     count = {c: max(args.min_prompts, 4 * c) for c in levels}

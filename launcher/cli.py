@@ -117,7 +117,7 @@ def doctor(
     "build_wait_s",
     type=click.FloatRange(min=0),
     help="Seconds from the start to wait for FlashInfer's JIT builds (started first, in the background); a kernel "
-    "still waiting then is reported not-built and the build goes on for the next run [default: 110, what a fresh "
+    "still waiting then is reported not-built and the build goes on for the next run [default: 115, what a fresh "
     "H200's build needs, ending under 2 minutes].",
 )
 @click.option(
