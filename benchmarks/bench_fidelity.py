@@ -415,8 +415,30 @@ def fidelity(args: argparse.Namespace) -> None:
                 f"| {c} | {count[c]} | {name} | " + " | ".join(ratio_cells) + f" | {mean['tok_s']:.0f} | "
                 f"{mean['cpu_us_per_tok']:.1f} | " + " | ".join(srv) + " |"
             )
+    lines += reading(rows)
     (out / "fidelity.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def reading(rows: dict[int, dict[str, Any]]) -> list[str]:
+    """Per level and client, the tok/s ratio against the spread of vLLM's client run twice: a mean ratio inside
+    that band is no difference this run can show, whatever its value."""
+    out = []
+    for c, row in rows.items():
+        aa = row["vllm"]["aa_ratio"].get("tok_s")
+        if not aa:
+            continue
+        band = max(abs(1 - aa["min"]), abs(1 - aa["max"]))
+        for arm, r in row["arms"].items():
+            if "tok_s" not in r["ratio"]:
+                continue
+            off = r["ratio"]["tok_s"]["mean"] - 1
+            verdict = "no difference beyond" if abs(off) <= band else "a difference beyond"
+            out.append(
+                f"c={c} {arm}: tok/s {off:+.1%} against vLLM's client: {verdict} vLLM's client against itself "
+                f"(+-{band:.1%})"
+            )
+    return ["", *out] if out else []
 
 
 def order_name(arms: int) -> list[str]:

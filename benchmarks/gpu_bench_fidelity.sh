@@ -10,6 +10,7 @@
 # server-cost (what continuous usage stats cost the API server). Every pass records the API server's and the engine
 # core's CPU per output token. ONE_PROCESS_ARM=1 adds nemolaunch with one client process to the same blocks
 # (A B C C B A): on 2026-12-02 c=256 read 6% low with its default of 2 processes there. BLOCKS: default 2.
+# PIN=1 pins the API server to core 0, the engine core to 1-2 and both clients to the other cores.
 # Writes OUTDIR/fidelity.json, fidelity.md, roofline.txt, server.log, fidelity.log (and server-cost.json); prints
 # the ratio table last. Budget: 6 min wall-clock in all (server start 60-150 s; every step has a time limit).
 # For a dry run elsewhere (the CPU engine), these may be changed: PY (runs nemolaunch), ENGINE_PY (imports vLLM),
@@ -47,10 +48,20 @@ done
 echo "server ready after $SECONDS s" >&2
 grep -E "Model loading took|torch.compile takes|Graph capturing finished|init engine|Available KV cache memory" \
   "$out/server.log" | sed 's/^.*\] //' >&2
+pin=()
+if [ -n "${PIN:-}" ] && [ "$(nproc)" -lt 6 ]; then
+  echo "PIN needs 6 cores or more ($(nproc) here): not pinned" >&2
+elif [ -n "${PIN:-}" ]; then  # each its own cores: c=256 varied +-15% pass to pass with one client on 2026-12-02
+  last=$(($(nproc) - 1))
+  taskset -a -p -c 0 $pid >/dev/null  # the API server, every thread
+  for child in $(pgrep -P $pid); do taskset -a -p -c 1-2 "$child" >/dev/null; done  # the engine core
+  pin=(taskset -c "3-$last")  # both clients and everything they start
+  echo "pinned: API server to core 0, its children to 1-2, the clients to 3-$last" >&2
+fi
 # what is left minus 25 s for the roofline and the stop; bench_fidelity.py drops the last blocks (never a level)
 # when its own --budget says they would not fit, so the table is always printed
 limit=$(($(left) - 25))
-timeout "$limit" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
+timeout "$limit" "${pin[@]}" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
   --out "$out" --levels "${LEVELS:-1,16,64,256}" --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" \
   --blocks "${BLOCKS:-2}" --warmup-passes 1 --min-prompts 8 --budget "$((limit - 10))" --server-pid $pid \
   ${ONE_PROCESS_ARM:+--one-process-arm} >"$out/fidelity.log" 2>&1 \

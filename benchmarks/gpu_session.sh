@@ -5,10 +5,11 @@
 #   setsid bash benchmarks/gpu_session.sh RESULTS [STAGE ...] > RESULTS.log 2>&1 < /dev/null &
 #   bash benchmarks/gpu_session.sh --collect RESULTS TARBALL SECONDS   # waits until done or SECONDS pass,
 #                                                                      # refreshing TARBALL every 15 s
-# Stages (default: all but fidelity256, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh),
-# probe (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); fidelity256 (c=256 alone, three
-# clients). Each stage's command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its
-# console output RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
+# Stages (default: the first five, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh),
+# probe (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256
+# alone, three clients) and fidelity256-pinned (the same, 3 blocks, each process on cores of its own). Each stage's
+# command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
+# RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
 # online FP8) with the same settings, so later vLLM starts can hit the compile cache. SESSION_S (default 1500)
 # bounds the whole run: a stage starts only if its minimum fits in what is left, and is cut at the deadline.
@@ -67,6 +68,9 @@ for s in "${stages[@]}"; do
     # c=256 alone, nemolaunch with its default client split and with one process beside vLLM's client (A B C C B A)
     fidelity256) stage fidelity256 240 420 env MODEL_DIR="$model" LEVELS=256 ONE_PROCESS_ARM=1 \
       bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256" ;;
+    # the same, 3 blocks, the API server, the engine core and the clients each on cores of their own
+    fidelity256-pinned) stage fidelity256-pinned 300 480 env MODEL_DIR="$model" LEVELS=256 ONE_PROCESS_ARM=1 BLOCKS=3 \
+      PIN=1 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256-pinned" ;;
     ab) stage ab 300 600 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
     tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;

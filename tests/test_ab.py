@@ -114,6 +114,24 @@ def test_an_aa_run_of_one_round_gives_no_floor_and_cannot_be_reused(tmp_path: Pa
         ab.load_noise_floor(str(H200 / "ab" / "ab.json"))
 
 
+def test_the_h200_ab_of_three_rounds_calls_eager_slower_and_the_aa_its_floor(tmp_path: Path) -> None:
+    """The second H200 ab of 2026-12-02 (3 rounds, base / eager / base-again), re-judged from its recorded rounds:
+    eager slower outside the A/A's floor at both levels; the A/A never better or worse, and its line says it is
+    the floor, not "about 1 more round would decide" (its own interval is the margin: no round count decides)."""
+    doc = json.loads((H200.parent / "gpu-h200-2026-12-02b" / "ab" / "ab.json").read_text())
+    cfg = ab.AbConfig(model="m", sides=(ab.Side("base", "cpu"), ab.Side("eager", "cpu")), concurrency=(1, 64),
+                      calibrate=True)  # fmt: skip
+    run = ab.AbRun(cfg, tmp_path, "co-resident", "test")
+    run.rounds = doc["rounds"]
+    got = run.verdicts()
+    for c in ("1", "64"):
+        eager, aa = got["eager"][c]["output_tok_s"], got["base-again"][c]["output_tok_s"]
+        assert eager["kind"] == "worse" and "outside the noise" in eager["text"], eager["text"]
+        assert aa["kind"] not in ("better", "worse") and aa["more_rounds"] is None
+        assert "sets this run's noise floor" in aa["text"] and "more round" not in aa["text"], aa["text"]
+        assert eager["text"] == doc["verdicts"]["eager"][c]["output_tok_s"]["text"]  # the run's own verdict
+
+
 def test_a_stored_floor_missing_a_metric_leaves_it_at_the_default_margin(tmp_path: Path) -> None:
     sides = (ab.Side("base", "cpu"), ab.Side("b", "cpu"))
     cfg = ab.AbConfig(model="m", sides=sides, concurrency=(1, 64), noise_floor={1: {"output_tok_s": 0.02}},
