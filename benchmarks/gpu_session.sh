@@ -7,7 +7,8 @@
 #                                                                      # refreshing TARBALL every 15 s
 # Stages (default: the first five, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh),
 # probe (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256
-# alone, three clients) and fidelity256-pinned (the same, 3 blocks, each process on cores of its own). Each stage's
+# alone, three clients), fidelity256-pinned (the same, 3 blocks, each process on cores of its own) and probe-nice0
+# (probe with FlashInfer's attention compile at normal priority). Each stage's
 # command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
 # RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
@@ -74,6 +75,9 @@ for s in "${stages[@]}"; do
     ab) stage ab 300 600 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
     tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
+    # the same with FlashInfer's attention compile at normal priority (the long pole of a fresh run at nice 10)
+    probe-nice0) stage probe-nice0 150 400 env NEMOLAUNCH_FLASHINFER_NICE=attention=0 \
+      bash benchmarks/gpu_probe.sh "$results/probe-nice0" ;;
     moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" NUM_PROMPTS=32 bash benchmarks/gpu_shapes.sh "$results/moe" ;;
     *) log "$s: unknown stage" ;;
   esac

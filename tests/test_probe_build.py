@@ -5,6 +5,7 @@ builds (a shell command, or the real launcher/child/flashinfer_build.py driving 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -116,6 +117,24 @@ def test_the_build_runs_ninja_per_module_under_flashinfers_lock(tmp_path: Path, 
     else:
         assert sorted(name for name, _ in found["units"]) == ["a.o", "b.o", "m.so"]
         assert (spec.build_dir / ".ninja_log").exists()
+
+
+@pytest.mark.parametrize("setting, expected", [(None, 10), ("gemm=0, attention=12", 12)])
+def test_a_modules_compile_runs_at_its_niceness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, expected: int
+) -> None:
+    """Every compile unit runs at the module's niceness: 10 by default (the set-ups first), or what
+    NEMOLAUNCH_FLASHINFER_NICE says for that module; `nice` in the unit's command prints what it got."""
+    if setting is None:
+        monkeypatch.delenv("NEMOLAUNCH_FLASHINFER_NICE", raising=False)
+    else:
+        monkeypatch.setenv("NEMOLAUNCH_FLASHINFER_NICE", setting)
+    if os.nice(0) > expected:
+        pytest.skip("this process is already nicer than the module's setting")
+    spec = FakeSpec(tmp_path, "batch_prefill_fa2", f"nice >> {tmp_path / 'nice.txt'}")
+    flashinfer_build.build(tmp_path, "attention", [spec], time.monotonic())
+    assert json.loads((tmp_path / "attention.json").read_text())["ok"]
+    assert set((tmp_path / "nice.txt").read_text().split()) == {str(expected)}
 
 
 def test_a_chain_with_a_kernel_not_built_recommends_nothing() -> None:
