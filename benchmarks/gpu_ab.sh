@@ -8,9 +8,9 @@
 #                                           # its final judged against the ab's measured A/A floor ($GPU_AB_FLOOR:
 #                                           # the ab.json the ab command wrote, when given)
 # Both: concurrency 1 and 64, 128 in / 32 out tokens, one unmeasured warm-up pass per server start; ab asks 3
-# interleaved order-balanced rounds ($GPU_AB_ROUNDS) and keeps what the guard leaves if they do not fit. Every server has the same
-# settings (max_model_len 2048, max_num_seqs 256, CUDA graphs) and model folder as gpu_bench_fidelity.sh's, so a
-# later start can hit vLLM's compile cache. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
+# interleaved order-balanced rounds ($GPU_AB_ROUNDS) and keeps what the guard leaves if they do not fit. Every
+# server has the same settings (max_model_len 2048, max_num_seqs 256, CUDA graphs) and model folder as
+# gpu_bench_fidelity.sh's, so a later start can hit vLLM's compile cache. Each command runs under a wall-clock guard (SIGTERM: nemolaunch keeps
 # the completed rounds / trials and still writes its results). A side that cannot start is a result (infeasible,
 # with its diagnosis), never the end of the script. Writes into OUTDIR: ab.json, report.md, ratios.png, the server
 # logs' last lines and start-up phases (starts-*.txt), progress (stderr) and verdicts (stdout); for tune:

@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_bench_fidelity.sh OUTDIR
 # Llama-3.1-8B's real shapes (`nemolaunch model shape llama-3.1-8b --quantization fp8`, or MODEL_DIR written before: real 128k vocabulary, the
 # project's tokenizer padded to it, dummy weights, online FP8; the flags vLLM needs are read from the folder's
-# nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 2 warm-up passes of each client at
+# nemolaunch-shape.json) served by vLLM directly; bench_fidelity.py runs 1 warm-up pass of each client at
 # c=256, then A B B A x 2 at c = 1, 16, 64, 256 (256 in / 128 out, ignore_eos), nemolaunch with
 # its default --client-processes; `nemolaunch roofline` on one nemolaunch pass at each level; then, if time remains,
 # server-cost (what continuous usage stats cost the API server). Every pass records the API server's and the engine

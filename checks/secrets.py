@@ -22,7 +22,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|AUTH|CREDENTIAL|COOKIE|SES
 _NOT_SECRET_NAME = re.compile(r"^(VLLM_)?(KEY_?VALUE|KV_?CACHE\w*|MAX_?TOKENS?\w*|\w*TOKENIZER\w*|PASSTHROUGH)$", re.I)
 # a count of text tokens (mean_prompt_tokens, total_output_tokens, num_tokens): a number under such a name is no
 # secret, and masking it broke the documents' numbers (bench's mean_prompt_tokens read "<redacted>" on the H200)
-_TOKEN_COUNT_NAME = re.compile(r"TOKENS|TOKEN_?COUNT|NUM_?TOKEN|N_?TOKEN", re.IGNORECASE)
+_TOKEN_COUNT_NAME = re.compile(r"TOKENS|TOKEN_?COUNT|NUM_?TOKEN", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):(?P<password>[^/\s@]+)@")
 _TOKEN_SHAPES = re.compile(
     r"\bhf_[A-Za-z0-9]{20,}"  # Hugging Face
