@@ -3,7 +3,7 @@ dataset file both read), warmed up first, interleaved A B B A per level. Prints 
 
     python benchmarks/bench_fidelity.py --url URL --engine ENGINE_PY --tokenizer DIR --out DIR \\
         [--levels 1,16,64,256] [--input-len 256] [--output-len 128] [--blocks 2] [--warmup-passes 2] \\
-        [--budget SECONDS] [--client-processes N]
+        [--budget SECONDS] [--client-processes N] [--one-process-arm] [--server-pid PID] [--prompts-per-stream 4]
     python benchmarks/bench_fidelity.py server-cost --url URL --pid API_SERVER_PID --out DIR [--concurrency 64]
 
 The first form writes OUT/fidelity.json, OUT/fidelity.md and OUT/nemolaunch-cC.summary.json (the last
@@ -284,7 +284,7 @@ def fidelity(args: argparse.Namespace) -> None:
     work.mkdir()
     model = args.model or served_model(args.url)
     levels = [int(x) for x in args.levels.split(",")]
-    count = {c: max(args.min_prompts, 4 * c) for c in levels}
+    count = {c: max(args.min_prompts, args.prompts_per_stream * c) for c in levels}
     data = {
         c: make_dataset(args.url, model, count[c], args.input_len, args.output_len, work / f"prompts-{c}.jsonl")
         for c in levels
@@ -512,6 +512,7 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=2)
     parser.add_argument("--warmup-passes", type=int, default=2)
     parser.add_argument("--min-prompts", type=int, default=16)
+    parser.add_argument("--prompts-per-stream", type=int, default=4, help="a pass's prompts: this many per stream")
     parser.add_argument("--budget", type=float, help="seconds: drop later blocks that would not fit (fidelity)")
     parser.add_argument("--client-processes", type=int, help="nemolaunch bench --client-processes [its default]")
     parser.add_argument("--one-process-arm", action="store_true", help="add nemolaunch with one client process")

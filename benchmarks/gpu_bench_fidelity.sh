@@ -11,6 +11,7 @@
 # core's CPU per output token. ONE_PROCESS_ARM=1 adds nemolaunch with one client process to the same blocks
 # (A B C C B A): on 2026-12-02 c=256 read 6% low with its default of 2 processes there. BLOCKS: default 2.
 # PIN=1 pins the API server to core 0, the engine core to 1-2 and both clients to the other cores.
+# PROMPTS_PER_STREAM (default 4): a pass's prompts per stream (longer passes average the server's hiccups).
 # Writes OUTDIR/fidelity.json, fidelity.md, roofline.txt, server.log, fidelity.log (and server-cost.json); prints
 # the ratio table last. Budget: 6 min wall-clock in all (server start 60-150 s; every step has a time limit).
 # For a dry run elsewhere (the CPU engine), these may be changed: PY (runs nemolaunch), ENGINE_PY (imports vLLM),
@@ -63,7 +64,8 @@ fi
 limit=$(($(left) - 25))
 timeout "$limit" "${pin[@]}" $PY benchmarks/bench_fidelity.py --url "$url" --engine "$ENGINE_PY" --tokenizer "$model" \
   --out "$out" --levels "${LEVELS:-1,16,64,256}" --input-len "${IN_LEN:-256}" --output-len "${OUT_LEN:-128}" \
-  --blocks "${BLOCKS:-2}" --warmup-passes 1 --min-prompts 8 --budget "$((limit - 10))" --server-pid $pid \
+  --blocks "${BLOCKS:-2}" --warmup-passes 1 --min-prompts 8 --prompts-per-stream "${PROMPTS_PER_STREAM:-4}" \
+  --budget "$((limit - 10))" --server-pid $pid \
   ${ONE_PROCESS_ARM:+--one-process-arm} >"$out/fidelity.log" 2>&1 \
   || echo "fidelity run failed or ran out of time: see fidelity.log" >&2
 : >"$out/roofline.txt"
