@@ -115,6 +115,9 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # a job started in the background of a script inherits SIGINT ignored (a CI run launched that way
+            # failed here, the sweep running to its end): give the child Ctrl-C back
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (out / "requests.jsonl").is_file():
