@@ -213,9 +213,9 @@ def test_a_masked_prompt_count_falls_back_to_the_levels_length() -> None:
     float()."""
     from launcher import shapes
 
-    path = FIXTURES / "gpu-h200-2026-12-02" / "fidelity" / "nemolaunch-c256.summary.json"
+    path = FIXTURES / "gpu-h200-2026-12-02b" / "fidelity256" / "nemolaunch-c256.summary.json"
     summary = json.loads(path.read_text())
-    summary["levels"][0]["mean_prompt_tokens"] = "<redacted>"
+    assert summary["levels"][0]["mean_prompt_tokens"] == "<redacted>"  # as bench wrote it on the H200
     config = shapes.resolve("llama-3.1-8b", "fp8").config
     got = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
     assert got.levels[0].context_len == 512 + 64
