@@ -439,19 +439,11 @@ class AbRun:
                     margin = abstats.margin_for(floors[c][m])
                     v = abstats.verdict(m, ratios[c][m], margin, b=name, a=self.base)
                     iv = v.interval
-                    text = v.text
                     if name == self.calibration and iv is not None and floors[c][m] is not None:
-                        # its interval is the floor: judged against itself it would always read "inconclusive:
-                        # about N more rounds would decide", which no number of rounds would
-                        text = (
-                            f"the A/A that sets this run's noise floor: mean {(iv.mean - 1) * 100:+.1f}% "
-                            f"[{(iv.lo - 1) * 100:+.1f}%, {(iv.hi - 1) * 100:+.1f}%]; differences inside "
-                            f"+-{margin * 100:.1f}% are noise here"
-                        )
-                        v = replace(v, more_rounds=None)
+                        v = replace(v, text=abstats.floor_text(iv, margin), more_rounds=None)
                     per_metric[m] = {
                         "kind": v.kind,
-                        "text": text,
+                        "text": v.text,
                         "n": iv.n if iv else len(ratios[c][m]),
                         "mean": round(iv.mean, 5) if iv else None,
                         "lo": round(iv.lo, 5) if iv else None,

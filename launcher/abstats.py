@@ -107,6 +107,15 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
+def floor_text(iv: Interval, margin: float) -> str:
+    """The line of the A/A side whose interval is the noise floor: judged against itself it would always read
+    "inconclusive: about N more rounds would decide", which no number of rounds would."""
+    return (
+        f"the A/A that sets this run's noise floor: mean {_pct(iv.mean)} [{_pct(iv.lo)}, {_pct(iv.hi)}]; "
+        f"differences inside +-{margin * 100:.1f}% are noise here"
+    )
+
+
 def verdict(metric: str, ratios: list[float], margin: float, b: str = "B", a: str = "A") -> Verdict:
     """The verdict on B against A for one metric at one level, from its paired per-round ratios B/A."""
     iv = interval(ratios)

@@ -46,22 +46,19 @@ NOISE = re.compile(r"Skipping tactic|\[Autotuner\]|Error Internal|UserWarning|fa
 # on the H200, warm, vllm._custom_ops took 8-10 s and fused_moe 8-9 s). Not flashinfer: importing it (0.6.14)
 # initializes CUDA, so the harness had to start again and import everything twice (harness ready at 42-55 s
 # instead of ~20, H200 2026-12-02); the FlashInfer kernels' children import it themselves.
+_MARLIN_FP8 = "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8"
+_MARLIN_FP4 = "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4"
+_MOE = (
+    "vllm.model_executor.layers.fused_moe",
+    "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
+    "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
+)
 PRELOAD: dict[str, tuple[str, ...]] = {
     "": ("vllm._custom_ops",),
-    "fp8_dense": ("vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",),
-    "nvfp4_dense": ("vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",),
-    "fp8_moe": (
-        "vllm.model_executor.layers.fused_moe",
-        "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
-        "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
-        "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8",
-    ),
-    "nvfp4_moe": (
-        "vllm.model_executor.layers.fused_moe",
-        "vllm.model_executor.layers.fused_moe.experts.cutlass_moe",
-        "vllm.model_executor.layers.fused_moe.experts.marlin_moe",
-        "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",
-    ),
+    "fp8_dense": (_MARLIN_FP8,),
+    "nvfp4_dense": (_MARLIN_FP4,),
+    "fp8_moe": (*_MOE, _MARLIN_FP8),
+    "nvfp4_moe": (*_MOE, _MARLIN_FP4),
     "attention": ("vllm.v1.attention.ops.triton_unified_attention", "vllm.vllm_flash_attn"),
 }
 
