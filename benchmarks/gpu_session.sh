@@ -7,8 +7,8 @@
 #                                                                      # refreshing TARBALL every 15 s
 # Stages (default: the first five, in this order): ab and tune (gpu_ab.sh), fidelity (gpu_bench_fidelity.sh),
 # probe (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256
-# alone, three clients), fidelity256-pinned (the same, 3 blocks, each process on cores of its own) and probe-nice0
-# (probe with FlashInfer's attention compile at normal priority). Each stage's
+# alone, three clients), fidelity256-pinned (c=256 against vLLM's client, 3 blocks of longer passes, each process
+# on cores of its own) and probe-nice0 (probe with FlashInfer's attention compile at normal priority). Each stage's
 # command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
 # RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
@@ -42,6 +42,27 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
   > "$results/gpu.txt" 2>&1
 python3 -c "import vllm, torch, flashinfer; print('vllm', vllm.__version__, 'torch', torch.__version__, 'flashinfer', flashinfer.__version__)" \
   > "$results/stack.txt" 2>&1
+# nemolaunch runs from this checkout, not installed: a dependency pyproject.toml names that does not import here
+# can fail stages in seconds (2026-12-02: tomli_w was missing and both probe stages ended in 17 s); said first in
+# session.txt, which --collect prints
+if ! python3 - > "$results/deps.txt" 2>&1 <<'PY'
+import importlib, re, sys, tomllib
+names = {"nvidia-ml-py": "pynvml", "tomli-w": "tomli_w"}  # distribution -> import name where they differ
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+missing = []
+for dep in deps:
+    dist = re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0]
+    try:
+        importlib.import_module(names.get(dist, dist.replace("-", "_")))
+    except ImportError:
+        missing.append(dist)
+if missing:
+    sys.exit("missing here: " + " ".join(missing) + " (carry their wheels and install them into the site folder)")
+print("nemolaunch's dependencies import")
+PY
+then
+  log "session: WARNING $(tail -n 1 "$results/deps.txt")"
+fi
 model=/tmp/nemolaunch-session/llama-3.1-8b-fp8
 mkdir -p "$(dirname "$model")"
 [ -f "$model/config.json" ] \
@@ -69,9 +90,10 @@ for s in "${stages[@]}"; do
     # c=256 alone, nemolaunch with its default client split and with one process beside vLLM's client (A B C C B A)
     fidelity256) stage fidelity256 240 420 env MODEL_DIR="$model" LEVELS=256 ONE_PROCESS_ARM=1 \
       bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256" ;;
-    # the same, 3 blocks, the API server, the engine core and the clients each on cores of their own
-    fidelity256-pinned) stage fidelity256-pinned 300 480 env MODEL_DIR="$model" LEVELS=256 ONE_PROCESS_ARM=1 BLOCKS=3 \
-      PIN=1 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256-pinned" ;;
+    # c=256, nemolaunch's default against vLLM's client, 3 blocks of passes twice as long (8 prompts per stream),
+    # the API server, the engine core and the clients each on cores of their own
+    fidelity256-pinned) stage fidelity256-pinned 300 480 env MODEL_DIR="$model" LEVELS=256 BLOCKS=3 \
+      PROMPTS_PER_STREAM=8 PIN=1 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256-pinned" ;;
     ab) stage ab 300 600 env GPU_AB_MODEL="$model" bash benchmarks/gpu_ab.sh ab "$results/ab" ;;
     tune) stage tune 240 400 env GPU_AB_MODEL="$model" GPU_AB_FLOOR="$results/ab/ab.json" bash benchmarks/gpu_ab.sh tune "$results/tune" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;

@@ -9,8 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
 from launcher.profiles import EAGER_COST, ServingProfile, parse_profile
@@ -212,6 +210,8 @@ def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingP
     if base and base.env:
         doc["env"] = dict(base.env)
     doc["why"] = why
+    import tomli_w  # here, not at the top: probe's table imports this module for MARGIN alone
+
     text = "\n".join(line.replace("\n", " ") for line in header) + "\n" + tomli_w.dumps(doc)
     parse_profile(text, out, name)  # what we write must load
     return text

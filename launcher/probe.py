@@ -53,7 +53,8 @@ HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
 # 100 s (MoE) on a fresh H200 when the harness was ready at 49-55 s, and 109.7 s and 110.0 s once it was ready at
 # 28 s (2026-12-02, two sessions: the set-ups at normal priority now overlap more of the build); its slowest compile
 # unit 85-103 s. The MoE run missed a 110 s wait by 0.0 s. At 115 s the kernel's 2-3 s still end a fresh run under
-# 2 minutes; otherwise the build goes on and the next run finds it done
+# 2 minutes; otherwise the build goes on and the next run finds it done. With this wait (third session that day)
+# the build took 94.5-106 s and every fresh run ended at 97-108 s with every kernel measured
 BUILD_WAIT_S = 115.0
 # the FlashInfer JIT modules a kernel loads (launcher/child/flashinfer_build.py builds them)
 NEEDS_BUILD = {("attention", "FLASHINFER"): "attention", ("fp8_dense", "FlashInferFP8ScaledMMLinearKernel"): "gemm"}
