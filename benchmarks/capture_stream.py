@@ -44,7 +44,7 @@ def raw_post(port: int, path: str, body: dict[str, object]) -> bytes:
 
 
 def main() -> None:
-    from launcher.server import Server
+    from launcher.serve.process import Server
     from tests.conftest import free_port
 
     parser = argparse.ArgumentParser()

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.diagnose import diagnose_blocks, load_rules  # noqa: E402
+from launcher.diagnose.run import diagnose_blocks, load_rules  # noqa: E402
 
 
 def main() -> None:

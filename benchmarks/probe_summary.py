@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from launcher.chains import NOT_PROBED
+from launcher.probe.chains import NOT_PROBED
 
 TIME_LINE = re.compile(r"^(\S+) exit (\d+) in ([\d.]+) s", re.M)
 MAIN = ("ok", "failed", "unsupported")

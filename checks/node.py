@@ -1,5 +1,5 @@
 """What one node of a fleet reports about itself: doctor's facts, gathered there, and whether the head's
-address and port can be reached from there. Runs inside a Ray task on that node (launcher.fleet ships this
+address and port can be reached from there. Runs inside a Ray task on that node (launcher.doctor.fleet ships this
 package to every node), so it imports nothing from launcher/."""
 
 from __future__ import annotations

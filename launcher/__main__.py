@@ -1,3 +1,3 @@
-from launcher.cli import main
+from launcher.cli.main import main
 
 raise SystemExit(main())

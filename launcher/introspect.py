@@ -12,7 +12,7 @@ from checks.proc import ChildResult, run_python
 from launcher.engine import Interpreter
 from launcher.errors import NemolaunchError, NotReady
 from launcher.output import atomic_write_text
-from launcher.render import EngineSurface
+from launcher.profiles.flags import EngineSurface
 
 SURFACE_SCRIPT = Path(child.__file__).resolve().parent / "vllm_surface.py"
 

@@ -6,6 +6,9 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
 
+# The engine-side scripts, run by path under the engine's interpreter (never imported).
+CHILD_DIR = _PACKAGE / "child"
+
 
 def data_dir(name: str) -> Path:
     """`profiles` or `lockfiles`, from an installed wheel or from a checkout (editable install)."""

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher import ab
-from launcher.cli import main
+from launcher.ab import run as ab
+from launcher.cli.main import main
 from launcher.errors import BadInput
-from launcher.profiles import load_profile
-from launcher.tunestack import stale
+from launcher.profiles.profile import load_profile
+from launcher.profiles.stack import stale
 
 
 def test_block_order_is_balanced_and_alternates() -> None:
@@ -142,7 +142,7 @@ def test_a_stored_floor_missing_a_metric_leaves_it_at_the_default_margin(tmp_pat
 
 
 def test_tune_hands_a_stored_noise_floor_to_its_final_ab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from launcher import tune
+    from launcher.ab import tune as tune
 
     cfg = tune.TuneConfig(model="m", noise_floor={64: {"output_tok_s": 0.02}}, noise_floor_source="ab.json")
     made = tune._ab_config(cfg, (ab.Side("base", "cpu"),), 3)
@@ -170,8 +170,8 @@ def test_a_tuned_profile_goes_stale_when_the_stack_changes(tmp_path: Path) -> No
 
 
 def test_probe_candidates_from_the_recorded_h200_probe() -> None:
-    from launcher import tune
-    from launcher.evidence import load_evidence
+    from launcher.ab import tune as tune
+    from launcher.profiles.write import load_evidence
 
     fixture = Path(__file__).parent / "fixtures" / "probe" / "h200-vllm026-harness-2026-11-30.json"
     probe = load_evidence([fixture])["probe"]
@@ -234,7 +234,7 @@ def test_ab_sends_the_servers_api_key(tmp_path: Path) -> None:
     BenchConfig.api_key). Without it the server answers 401."""
     import urllib.error
 
-    from launcher.ab import greedy_answers
+    from launcher.ab.run import greedy_answers
     from tests.conftest import free_port
     from tests.fake_server import API_KEY, serving
 

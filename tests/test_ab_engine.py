@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 
 pytestmark = pytest.mark.engine
 # passes of 3-4 s: on this shared 2-core machine 1-second passes gave an A/A floor of 28% over 5

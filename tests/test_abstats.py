@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from launcher import abstats
+from launcher.ab import stats as abstats
 
 
 def lognormal_ratios(true_ratio: float, sd: float, n: int, seed: int) -> list[float]:

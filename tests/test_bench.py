@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.bench import BenchConfig, run
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.errors import ExitCode
 from tests.conftest import free_port
 from tests.fake_server import serving

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from launcher.bench.workload import Tokenizer, exact_prompts
-from launcher.server import Server
+from launcher.serve.process import Server
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.engine

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.conftest import free_port
 from tests.fake_server import API_KEY, serving
 

@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.bench_client import alone
 from benchmarks.capture_stream import BODIES, raw_post
-from launcher.bench.stream import DONE, SSEReader
+from launcher.serve.sse import DONE, SSEReader
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

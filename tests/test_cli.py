@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBCOMMANDS = ["doctor", "probe", "profile", "serve", "bench", "compare", "diagnose", "lock"]
@@ -49,7 +49,7 @@ def test_never_imports_heavy_modules_in_process(argv: list[str], tmp_path: Path)
         info = tmp_path / "fake" / f"{name}-0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n")
-    code = f"import os; print(os.getpid()); from launcher.cli import main; main({argv!r})"
+    code = f"import os; print(os.getpid()); from launcher.cli.main import main; main({argv!r})"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     parent = r.stdout.splitlines()[0]
@@ -62,7 +62,7 @@ def test_never_imports_heavy_modules_in_process(argv: list[str], tmp_path: Path)
 def test_probe_needs_no_toml_writer() -> None:
     """probe runs where nemolaunch is a checkout on a GPU host's own Python (the H200 procedure); only writing a
     profile needs tomli_w, so probe's report and table import without it (2026-12-02 they did not)."""
-    code = "import sys; sys.modules['tomli_w'] = None; import launcher.views.probe, launcher.probe; print('ok')"
+    code = "import sys; sys.modules['tomli_w'] = None; import launcher.views.probe, launcher.probe.run; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"

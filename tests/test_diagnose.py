@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from checks.gpu_family import family_from_text
-from launcher.cli import main
-from launcher.diagnose import (
+from launcher.cli.main import main
+from launcher.diagnose.run import (
     SUB_BLOCK,
     Matcher,
     anchor_words,
@@ -249,7 +249,7 @@ def test_cli_prints_root_line_and_stage(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_a_log_without_newlines_is_read_in_bounded_blocks() -> None:
-    from launcher.diagnose import BLOCK_BYTES
+    from launcher.diagnose.run import BLOCK_BYTES
 
     blocks = list(read_blocks(io.BytesIO(b"x" * (3 * BLOCK_BYTES + 5)), "log"))
     assert [len(b) for b in blocks] == [BLOCK_BYTES] * 3 + [5]

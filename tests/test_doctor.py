@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from checks import run_checks
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.conftest import make_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"

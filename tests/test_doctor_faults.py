@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.conftest import make_env
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.documents import validate_bench, validate_doctor, validate_probe
 from tests.conftest import free_port, make_env
 from tests.fake_server import serving
@@ -162,7 +162,7 @@ def test_a_written_profile_with_quotes_and_a_base_env_round_trips(tmp_path: Path
     base.write_text('schema = 1\npython = "/opt/v \\"x\\"/bin/python"\n[env]\nA = "say \\"hi\\"\\n"\n')
     out = tmp_path / "w.toml"
     assert main(["profile", "write", "--name", "w", "--from", str(PROBE), "--base", str(base), "--out", str(out)]) == 0
-    from launcher.profiles import load_profile
+    from launcher.profiles.profile import load_profile
 
     prof = load_profile(str(out))
     assert prof.python == '/opt/v "x"/bin/python' and prof.env == {"A": 'say "hi"\n'}

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.server import Server
+from launcher.serve.process import Server
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.engine

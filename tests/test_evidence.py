@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from launcher.cli import main
-from launcher.evidence import memory_setting, recheck
-from launcher.profiles import load_profile
+from launcher.cli.main import main
+from launcher.profiles.profile import load_profile
+from launcher.profiles.write import memory_setting, recheck
 
 FIX = Path(__file__).parent / "fixtures"
 PROBE = FIX / "probe" / "h200-vllm026-2026-11-30.json"

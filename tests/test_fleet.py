@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from checks.node import reach
-from launcher.cli import main
+from launcher.cli.main import main
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402

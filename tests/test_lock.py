@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from checks.lockfile import LockError, load, parse_requirements
-from launcher import lock as lock_stage
-from launcher.cli import main
+from launcher.cli.main import main
+from launcher.lock import run as lock_stage
 from tests.conftest import make_env
 
 LOCKS = Path(__file__).resolve().parent.parent / "lockfiles"

@@ -18,8 +18,8 @@ import pytest
 
 from checks import run_checks
 from checks.lockfile import load
-from launcher import lock as lock_stage
-from launcher.cli import main
+from launcher.cli.main import main
+from launcher.lock import run as lock_stage
 from tests.conftest import make_env
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from checks import infiniband, nccl, parallel, run_checks, shm, topology
 from checks.facts import infiniband_facts, shm_facts
-from launcher.cli import main
+from launcher.cli.main import main
 
 H200 = json.loads((Path(__file__).parent / "fixtures" / "doctor" / "h200-vllm026-2026-11-30.json").read_text())
 

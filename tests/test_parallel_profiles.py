@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.profiles import load_profile
-from launcher.render import render
+from launcher.cli.main import main
+from launcher.profiles.flags import render
+from launcher.profiles.profile import load_profile
 
 TWO_NODE_TP_PP = """schema = 1
 [vllm]
@@ -147,7 +147,7 @@ def test_serve_passes_the_users_nccl_settings_to_vllm(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rank: int
 ) -> None:
     """serve adds to the environment, never strips: NCCL_NVLS_ENABLE=0 and friends reach vLLM and its workers."""
-    from launcher import serve
+    from launcher.serve import run as serve
 
     seen: dict[str, str] = {}
 

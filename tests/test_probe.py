@@ -20,8 +20,8 @@ import pytest
 
 from checks.proc import Conversation
 from launcher.child.isolate import Turn, run_isolated
-from launcher.cli import main
-from launcher.probe import CHILD, KernelResult, Layer, _probe_all, model_layer, rank, read_chains
+from launcher.cli.main import main
+from launcher.probe.run import CHILD, KernelResult, Layer, _probe_all, model_layer, rank, read_chains
 from launcher.ranking import relative_speed
 
 NOISE = re.compile(r"Skipping tactic")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from launcher.child.isolate import Build, Turn, run_isolated
-from launcher.probe import KernelResult, Layer, rank
+from launcher.probe.run import KernelResult, Layer, rank
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher" / "child"))
 import flashinfer_build
@@ -186,8 +186,8 @@ def test_the_probe_starts_the_builds_its_kernels_need_in_their_own_session(
     """start_builds with this interpreter (no FlashInfer): one build process, in a session of its own, for the
     attention and FP8 GEMM modules; it says it prebuilt nothing (so the kernels go ahead and report their own
     error); the report's timeline says so; NEMOLAUNCH_FLASHINFER_PREBUILD=0 starts none."""
-    from launcher import chains as chain_table
-    from launcher.probe import build_timeline, start_builds
+    from launcher.probe import chains as chain_table
+    from launcher.probe.run import build_timeline, start_builds
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("NEMOLAUNCH_FLASHINFER_PREBUILD")

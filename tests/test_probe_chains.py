@@ -11,11 +11,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from launcher import probe as stage
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.engine import resolve_python
-from launcher.probe import KernelResult, ProbeReport, rank
-from launcher.profiles import ServingProfile
+from launcher.probe import run as stage
+from launcher.probe.run import KernelResult, ProbeReport, rank
+from launcher.profiles.profile import ServingProfile
 from launcher.views.probe import render
 
 MODELS = Path(__file__).parent / "fixtures" / "models"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from checks.proc import Conversation
-from launcher.probe import KernelResult, Layer, _probe_all
+from launcher.probe.run import KernelResult, Layer, _probe_all
 
 CHILD = Path(__file__).resolve().parents[1] / "launcher" / "child"
 # runs under the engine's Python: every gate of kernel_probe.py, its exception as the probe would classify it

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.errors import BadInput
-from launcher.profiles import list_profiles, load_profile, parse_profile, profiles_dir
-from launcher.render import EngineSurface, render, verify
+from launcher.profiles.flags import EngineSurface, render, verify
+from launcher.profiles.profile import list_profiles, load_profile, parse_profile, profiles_dir
 
 
 def test_shipped_profiles_load() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import roofline
-from launcher.cli import main
-from launcher.shapes import KNOWN
+from launcher.bench import roofline as roofline
+from launcher.cli.main import main
+from launcher.model.shapes import KNOWN
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The random-weight 1.1B Llama that benchmarks/gpu_bench.sh served on the H200 for the h200-graphs fixture.
@@ -179,7 +179,7 @@ def test_bench_prints_one_roofline_line_from_the_summary() -> None:
 def test_a_shape_folders_recorded_flags_set_the_weight_dtype() -> None:
     """The H200 fidelity run served a `model shape llama-3-8b --quantization fp8` folder outside nemolaunch serve:
     the summary has no argv, so the folder's recorded flags (`--quantization fp8`) must decide the weights' bytes."""
-    from launcher import shapes
+    from launcher.model import shapes as shapes
 
     summary = json.loads((FIXTURES / "gpu-h200-2026-12-01" / "bench-llama3-8b-fp8-c1.summary.json").read_text())
     config = shapes.resolve("llama-3-8b", "fp8").config
@@ -193,7 +193,7 @@ def test_a_levels_prompts_as_the_server_counted_them_set_its_context() -> None:
     """The H200 fidelity run of 2026-12-02 sent a dataset of 256-token prompts, but the level's input_len is the
     sweep's default (512): the KV cache read per step must follow the prompts really sent (mean_prompt_tokens, from
     the server's usage), where the summary has them."""
-    from launcher import shapes
+    from launcher.model import shapes as shapes
 
     path = FIXTURES / "gpu-h200-2026-12-02" / "fidelity" / "nemolaunch-c256.summary.json"
     summary = json.loads(path.read_text())
@@ -211,7 +211,7 @@ def test_a_masked_prompt_count_falls_back_to_the_levels_length() -> None:
     """bench summaries written on 2026-12-02 before the fix in checks.secrets carry "mean_prompt_tokens":
     "<redacted>" (the H200's MoE shape and c=256 runs): roofline reads the level's input_len instead of dying in
     float()."""
-    from launcher import shapes
+    from launcher.model import shapes as shapes
 
     path = FIXTURES / "gpu-h200-2026-12-02b" / "fidelity256" / "nemolaunch-c256.summary.json"
     summary = json.loads(path.read_text())

@@ -10,9 +10,9 @@ import pytest
 
 from launcher.engine import Interpreter
 from launcher.errors import NemolaunchError
-from launcher.profiles import load_profile
-from launcher.render import Rendered
-from launcher.serve import ServePlan, run
+from launcher.profiles.flags import Rendered
+from launcher.profiles.profile import load_profile
+from launcher.serve.run import ServePlan, run
 from tests.conftest import free_port
 
 DYING_ENGINE = """
@@ -79,7 +79,7 @@ def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
     terminal echo breaks (a closed pipe) on the second line; the follower must stop with one line naming it."""
     import threading
 
-    from launcher.serve import LogWatch, _follow
+    from launcher.serve.run import LogWatch, _follow
 
     log = tmp_path / "vllm.log"
     log.write_text("INFO starting\nINFO loading\nINFO more\n")
@@ -103,7 +103,7 @@ def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
 def test_a_vanished_log_stops_the_follower_with_a_line(tmp_path: Path) -> None:
     import threading
 
-    from launcher.serve import _follow
+    from launcher.serve.run import _follow
 
     said: list[str] = []
     _follow(tmp_path / "gone.log", threading.Event(), lambda n, t: None, said.append)
@@ -116,7 +116,7 @@ def test_the_follower_numbers_lines_as_the_log_file_does(tmp_path: Path) -> None
     live findings name the same line numbers as `nemolaunch diagnose` and grep -n."""
     import threading
 
-    from launcher.serve import _follow
+    from launcher.serve.run import _follow
 
     log = tmp_path / "vllm.log"
     log.write_bytes(b"Loading shards:   0%\rLoading shards: 100%\nRuntimeError: boom\n")
@@ -131,7 +131,7 @@ def test_live_diagnosis_of_a_real_dead_server_names_the_root_line_and_stage() ->
     """The real CPU-engine log of a truncated checkpoint (tests/fixtures/logs), replayed through the follower."""
     import threading
 
-    from launcher.serve import LogWatch, _follow
+    from launcher.serve.run import LogWatch, _follow
 
     watch = LogWatch(lambda text: None, None, None)
     stop = threading.Event()
@@ -210,7 +210,7 @@ def test_another_server_answering_the_port_is_never_reported_as_serving(
 
     import psutil
 
-    from launcher import serve
+    from launcher.serve import run as serve
     from tests.fake_server import serving
 
     port = free_port()

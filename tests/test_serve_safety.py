@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.output import create_exclusive
-from launcher.serve import default_log_path
+from launcher.serve.run import default_log_path
 
 DRY = ["--model", "/m", "--vllm-version", "0.32.0"]
 OPEN = (

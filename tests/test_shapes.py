@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import shapes
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.errors import BadInput
+from launcher.model import shapes as shapes
 
 # Qwen3-30B-A3B's architecture at a size the 2-core CPU engine serves quickly: 16 experts, top-4, 2 layers.
 SMALL_MOE = [

@@ -72,7 +72,7 @@ def test_multi_node_flags_are_known_to_the_installed_vllm(
     engine_python: Path, tmp_path: Path, vllm: str, node_rank: int
 ) -> None:
     """Every parallel and placement flag, per node, checked against the installed vLLM's own parser."""
-    from launcher.serve import make_plan
+    from launcher.serve.run import make_plan
 
     profile = tmp_path / "p.toml"
     profile.write_text(f'schema = 1\n[vllm]\n{vllm}[placement]\nnodes = ["10.0.0.1", "10.0.0.2"]\n')

@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 
 from checks.secrets import bearer
-from launcher.bench.stream import DONE, SSEReader
 from launcher.errors import NemolaunchError, NotReady
+from launcher.serve.sse import DONE, SSEReader
 
 
 @dataclass(slots=True)
@@ -272,3 +272,10 @@ async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | N
     except (TimeoutError, NemolaunchError, aiohttp.ClientError, AttributeError):
         version = None
     return ServerInfo(version, data)
+
+
+def length_ok(endpoint: str, r: RequestRecord) -> bool:
+    """Whether a request's token counts are the ones asked for (chat prompts also carry the chat template's
+    tokens, so only completions can check the prompt length)."""
+    prompt_ok = endpoint == "chat" or r.input_len is None or r.prompt_tokens in (None, r.input_len)
+    return prompt_ok and r.completion_tokens in (None, r.output_len) and r.output_tokens == r.output_len

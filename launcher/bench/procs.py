@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from launcher.bench.client import RequestRecord, Target, one_request
+from launcher.bench.client import RequestRecord, Target, length_ok, one_request
 from launcher.bench.config import BenchConfig, LevelSpec
 from launcher.bench.workload import Prompt
 
@@ -60,7 +60,6 @@ def _worker(
     out: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers; Ctrl-C reaches it alone
-    from launcher.bench.sweep import length_ok
 
     async def main() -> None:
         connector = aiohttp.TCPConnector(limit=0)
@@ -86,7 +85,7 @@ def _worker(
                         session, target, p.text, record, start, cfg.request_timeout_s, cfg.stall_timeout_s
                     )
                     if record.ok:
-                        record.length_ok = length_ok(cfg, record)
+                        record.length_ok = length_ok(cfg.endpoint, record)
                     out.put(record)
 
             cpu0 = _cpu()

@@ -17,7 +17,7 @@ from checks.secrets import redact_obj
 from launcher import __version__
 from launcher.bench.client import ServerInfo
 from launcher.bench.config import BenchConfig
-from launcher.profiles import EAGER_COST
+from launcher.profiles.profile import EAGER_COST
 
 
 def provenance(cfg: BenchConfig, info: ServerInfo, served: dict[str, Any] | None) -> dict[str, Any]:

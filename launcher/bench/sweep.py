@@ -19,7 +19,7 @@ import aiohttp
 
 from launcher.bench import procs, results
 from launcher.bench import provenance as prov
-from launcher.bench.client import RequestRecord, ServerInfo, Target, one_request, server_info
+from launcher.bench.client import RequestRecord, ServerInfo, Target, length_ok, one_request, server_info
 from launcher.bench.config import BenchConfig, LevelSpec, levels, validate
 from launcher.bench.stats import LevelResult, level_label, summarize
 from launcher.bench.workload import Prompt, Tokenizer, arrival_offsets, exact_prompts, read_dataset
@@ -56,12 +56,6 @@ class Progress:
             self.bar.close()
 
 
-def length_ok(cfg: BenchConfig, r: RequestRecord) -> bool:
-    # chat prompts also carry the chat template's tokens, so only completions can check the prompt length
-    prompt_ok = cfg.endpoint == "chat" or r.input_len is None or r.prompt_tokens in (None, r.input_len)
-    return prompt_ok and r.completion_tokens in (None, r.output_len) and r.output_tokens == r.output_len
-
-
 async def run_level(
     session: aiohttp.ClientSession,
     target: Target,
@@ -83,7 +77,7 @@ async def run_level(
         record = RequestRecord(tag, repeat, index, p.input_len, p.output_len, queue_s=queued)
         await one_request(session, target, p.text, record, start, cfg.request_timeout_s, cfg.stall_timeout_s)
         if record.ok:
-            record.length_ok = length_ok(cfg, record)
+            record.length_ok = length_ok(cfg.endpoint, record)
         return record
 
     for i in range(cfg.warmup):
@@ -335,7 +329,7 @@ async def _server_gone(session: aiohttp.ClientSession, target: Target) -> bool:
 def _report(summary: dict[str, Any], out: Path) -> None:
     """report.md and the plots, over the levels that completed something (a level of nothing has no point to plot;
     the table and summary.json still show it)."""
-    from launcher.compare import write_report
+    from launcher.bench.compare import write_report
 
     plotted = [lv for lv in summary.get("levels", []) if lv["completed"] and lv["concurrency"] is not None]
     write_report([{**summary, "levels": plotted, "_folder": str(out)}], out, [])
@@ -398,7 +392,7 @@ def run_served(
 ) -> SweepOutcome:
     """Start vLLM with a profile (nemolaunch serve's machinery), sweep it, stop it; the server's log goes to
     OUT/server.log and the profile and argv into the provenance."""
-    from launcher import serve
+    from launcher.serve import run as serve
 
     validate(BenchConfig(url="http://127.0.0.1", **cfg_args))  # refuse bad values before a server starts
     plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
@@ -419,7 +413,7 @@ def run_served(
 def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:
     """When bench started the server it knows the model folder: each level's share of the GPU's memory-bandwidth
     limit goes into summary.json (`roofline`; it says why when it does not apply, as on the CPU engine)."""
-    from launcher import roofline
+    from launcher.bench import roofline as roofline
 
     if not outcome.summary.get("levels"):
         return

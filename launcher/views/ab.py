@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.ab import VERDICT_HEADERS, verdict_rows
+from launcher.ab.run import VERDICT_HEADERS, verdict_rows
 from launcher.output import table
 
 

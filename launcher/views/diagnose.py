@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.diagnose import Finding
+from launcher.diagnose.run import Finding
 
 
 def render_text(findings: list[Finding], lines: int, name: str) -> str:

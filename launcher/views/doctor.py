@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from launcher.doctor import DoctorReport
+from launcher.doctor.run import DoctorReport
 from launcher.output import table
 
 Style = Callable[..., str]  # click.style, or a plain identity where colour is off

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from launcher.fleet import MUST_MATCH, SHOULD_MATCH, FleetReport
+from launcher.doctor.fleet import MUST_MATCH, SHOULD_MATCH, FleetReport
 from launcher.output import table
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from launcher.bench.roofline import model_traffic
+from launcher.model.shapes import KnownShape
 from launcher.output import table
-from launcher.roofline import model_traffic
-from launcher.shapes import KnownShape
 
 
 def known_shapes(known: Iterable[KnownShape]) -> str:

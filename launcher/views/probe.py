@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.evidence import MARGIN
 from launcher.output import table
-from launcher.probe import KernelResult, ProbeReport
+from launcher.probe.run import KernelResult, ProbeReport
+from launcher.profiles.write import MARGIN
 
 MAX_M_COLUMNS = 6
 DECLARED = {True: "yes", False: "no", None: "?"}

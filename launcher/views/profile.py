@@ -7,8 +7,8 @@ import json
 
 from checks.secrets import redact_env, redact_obj
 from launcher.output import table
-from launcher.profiles import SETTINGS, ServingProfile
-from launcher.render import Rendered
+from launcher.profiles.flags import Rendered
+from launcher.profiles.profile import SETTINGS, ServingProfile
 
 
 def render_list(profiles: list[ServingProfile]) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from launcher.bench.roofline import Roofline
 from launcher.output import table
-from launcher.roofline import Roofline
 
 
 def _pct(value: float | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from launcher.profiles import ServingProfile
+from launcher.profiles.profile import ServingProfile
 
 STACK_KEYS = ("gpu", "driver", "cuda", "vllm", "flashinfer", "torch")
 

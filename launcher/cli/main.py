@@ -82,7 +82,7 @@ def doctor(
     Exit 0 when nothing fails (warnings allowed unless --strict), 1 when a check fails. On a host without an
     NVIDIA driver the GPU checks are skipped and doctor says that only the CPU engine can serve there.
     """
-    from launcher import doctor as stage
+    from launcher.doctor import run as stage
     from launcher.output import json_document
     from launcher.views import doctor as view
 
@@ -143,11 +143,11 @@ def probe(
     Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
     reference. Without an NVIDIA GPU it lists the chains and exits 3.
     """
-    from launcher import probe as stage
     from launcher.errors import NotReady
-    from launcher.evidence import recheck, rechecked_chains
     from launcher.output import json_document
-    from launcher.profiles import load_profile
+    from launcher.probe import run as stage
+    from launcher.profiles.profile import load_profile
+    from launcher.profiles.write import recheck, rechecked_chains
     from launcher.views.probe import render
 
     chains = [c.strip() for c in only.split(",") if c.strip()] if only else None
@@ -204,7 +204,7 @@ def profile() -> None:
 def profile_list(as_json: bool) -> int:
     """List the shipped profiles."""
     from launcher.output import json_document
-    from launcher.profiles import list_profiles
+    from launcher.profiles.profile import list_profiles
     from launcher.views.profile import profile_json, render_list
 
     profiles = list_profiles()
@@ -223,8 +223,8 @@ def profile_show(name: str, vllm_version: str | None, as_json: bool) -> int:
     """Show a profile (NAME or a path): its interpreter, each setting, its evidence, and optionally its rendering.
     Secret values read <redacted>."""
     from launcher.output import json_document
-    from launcher.profiles import load_profile
-    from launcher.render import render
+    from launcher.profiles.flags import render
+    from launcher.profiles.profile import load_profile
     from launcher.views.profile import profile_json, render_show
 
     prof = load_profile(name)
@@ -250,9 +250,9 @@ def profile_write(name: str, sources: tuple[Path, ...], base: str | None, out: P
     """Turn doctor and probe evidence into a profile: the fastest correct kernel per chain, memory that leaves
     graph-capture headroom, CUDA graphs on, and a why on every setting. An existing file is kept unless --force."""
     from launcher.errors import BadInput
-    from launcher.evidence import load_evidence, write_profile
     from launcher.output import atomic_write_text
-    from launcher.profiles import check_name, load_profile
+    from launcher.profiles.profile import check_name, load_profile
+    from launcher.profiles.write import load_evidence, write_profile
 
     check_name(name)
     out = out or Path(f"{name}.toml")
@@ -318,8 +318,8 @@ def serve(
     address vLLM really listens on, and only after checking that the server answering is the one it started.
     """
     from checks.secrets import redact_text
-    from launcher import serve as stage
     from launcher.output import json_document
+    from launcher.serve import run as stage
 
     def say(message: str) -> None:
         click.echo(message, err=True)
@@ -595,7 +595,7 @@ def ab(
     """
     import time
 
-    from launcher import ab as stage
+    from launcher.ab import run as stage
     from launcher.output import json_document
     from launcher.views.ab import ab_text
 
@@ -681,8 +681,8 @@ def tune(
     """
     import time
 
-    from launcher import tune as stage
-    from launcher.ab import load_noise_floor
+    from launcher.ab import tune as stage
+    from launcher.ab.run import load_noise_floor
     from launcher.output import json_document
     from launcher.views.ab import tune_text
 
@@ -725,7 +725,7 @@ def tune(
 @click.option("--force", is_flag=True, help="Compare runs even if their workloads differ.")
 def compare(runs: tuple[Path, ...], out: Path, force: bool) -> int:
     """Compare bench runs side by side across the concurrency curve (ratios to the first run)."""
-    from launcher import compare as stage
+    from launcher.bench import compare as stage
 
     text, report = stage.compare(list(runs), out, force)
     click.echo(text)
@@ -745,7 +745,7 @@ def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
     Exit 1 when an error-level finding exists, 0 otherwise.
     """
     from checks.gpu_family import family_from_text
-    from launcher import diagnose as stage
+    from launcher.diagnose import run as stage
     from launcher.errors import BadInput
     from launcher.output import json_document
 
@@ -781,8 +781,8 @@ def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
 
     Exit 1 on a mismatch; each one comes with the command that fixes it.
     """
-    from launcher import lock as stage
     from launcher.engine import resolve_python
+    from launcher.lock import run as stage
     from launcher.output import json_document
     from launcher.views.lock import render_verify
 
@@ -819,8 +819,8 @@ def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
 @PYTHON_OPTION
 def lock_capture(out: Path, name: str | None, validated: str | None, python: Path | None) -> int:
     """Write the working stack of the engine's Python (and this host's driver, CUDA, GPU family) as a lock."""
-    from launcher import lock as stage
     from launcher.engine import resolve_python
+    from launcher.lock import run as stage
 
     interpreter = resolve_python(python)
     for note in stage.capture(interpreter.path, out, name or out.with_suffix("").name, validated):
@@ -834,7 +834,7 @@ def lock_capture(out: Path, name: str | None, validated: str | None, python: Pat
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder for the wheels.")
 def lock_bundle(lockfile: Path, out: Path) -> int:
     """Download every pinned wheel of LOCKFILE for its Python and platform, for hosts without internet."""
-    from launcher import lock as stage
+    from launcher.lock import run as stage
 
     install = stage.bundle(lockfile, out)
     click.echo(f"on the offline host, with {out} copied there:\n  {install}")
@@ -857,7 +857,7 @@ def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
     A decode step reads the weights it uses (an MoE: the experts routed to) and the KV cache; over the
     GPU's bandwidth (NVML, or the datasheet) that gives the most tok/s possible. Not for the CPU engine.
     """
-    from launcher import roofline as stage
+    from launcher.bench import roofline as stage
     from launcher.output import json_document
     from launcher.views import roofline as view
 
@@ -865,7 +865,7 @@ def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
         _read_json(summary, "a bench summary.json"),
         _read_json(model_dir / "config.json" if model_dir.is_dir() else model_dir, "the model's config.json"),
     )
-    from launcher.shapes import MARKER, launch_args
+    from launcher.model.shapes import MARKER, launch_args
 
     # a shape folder records the flags it is served with (--quantization fp8 sets the weights' bytes)
     served_args = launch_args(str(model_dir), [])[0] if (model_dir / MARKER).is_file() else []
@@ -899,8 +899,8 @@ def model_tiny(out_dir: Path, python: Path | None) -> int:
 
     Runs in the engine's interpreter (it needs torch, transformers and tokenizers).
     """
-    from launcher import tinymodel
     from launcher.engine import resolve_python
+    from launcher.model import tiny as tinymodel
 
     interpreter = resolve_python(python)
     click.echo(f"building the tiny model with {interpreter.path} ({interpreter.source})", err=True)
@@ -932,8 +932,8 @@ def model_shape(
     vocab_size), the project's tokenizer padded to it, and the flags vLLM needs; `serve` and
     `bench --profile` add them. Outputs are noise; throughput and latency are the model's.
     """
-    from launcher import shapes
     from launcher.engine import resolve_python
+    from launcher.model import shapes as shapes
     from launcher.views import model as view
 
     if list_known:
@@ -966,7 +966,7 @@ def fleet_doctor(address: str, profile_ref: str | None, timeout_s: float, python
 
     Exit 1 when the nodes would not serve together: a package, Python, NCCL or GPU family differs, a node's
     doctor fails, or a node cannot reach the head's port."""
-    from launcher import fleet as stage
+    from launcher.doctor import fleet as stage
     from launcher.output import json_document
     from launcher.views.doctor import MARKS
     from launcher.views.fleet import render_fleet

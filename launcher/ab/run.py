@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from checks.secrets import bearer
-from launcher import abstats
-from launcher.abpass import METRICS, PassResult, read_pass
+from launcher.ab import stats as abstats
+from launcher.ab.passes import METRICS, PassResult, read_pass
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import atomic_write_text
-from launcher.profiles import ServingProfile, load_profile, parse_profile
+from launcher.profiles.profile import ServingProfile, load_profile, parse_profile
 
 Say = Callable[[str], None]
 Mode = Literal["auto", "co-resident", "restart"]
@@ -236,7 +236,7 @@ class ServerPool:
         if self.mode == "restart":
             for name in list(self.up):
                 self.release(name)
-        from launcher import serve
+        from launcher.serve import run as serve
 
         plan = serve.make_plan(self.profile_for(side), self.model, self.python, "127.0.0.1", free_port())
         self.starts[side.name] = self.starts.get(side.name, 0) + 1
@@ -588,7 +588,7 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
 def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -> AbOutcome:
     """The whole ab run. Ctrl-C or SIGTERM: the round under way is dropped, the completed ones are kept and
     judged, servers are stopped; exit 130."""
-    from launcher.serve import _sigterm_as_interrupt
+    from launcher.serve.run import _sigterm_as_interrupt
 
     if len({s.name for s in cfg.sides}) != len(cfg.sides):
         raise BadInput("two configurations have the same name", "name each --config differently")

@@ -12,8 +12,9 @@ from typing import Any
 
 from checks.proc import run_python
 from launcher.errors import BadInput, NemolaunchError, NotReady
+from launcher.paths import CHILD_DIR
 
-SCRIPT = Path(__file__).resolve().parent / "child" / "tiny_model.py"
+SCRIPT = CHILD_DIR / "tiny_model.py"
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """Serving profiles: TOML files that state intent (graphs on, 0.85 memory, Marlin MoE), with the evidence.
 
-A profile never holds a vLLM command line; `launcher.render` turns it into one for a given vLLM version.
+A profile never holds a vLLM command line; `launcher.profiles.flags` turns it into one for a given vLLM version.
 
     schema = 1
     description = "..."

@@ -15,7 +15,7 @@ from checks.result import STATUSES, CheckResult
 from launcher.documents import DoctorDocument
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode
-from launcher.profiles import PARALLEL_SIZES, ServingProfile, load_profile
+from launcher.profiles.profile import PARALLEL_SIZES, ServingProfile, load_profile
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def run(
     if serving is not None:
         facts["parallel"] = parallel_layout(serving)
     if lock is not None:
-        from launcher.lock import load_or_bad_input
+        from launcher.lock.run import load_or_bad_input
 
         facts["lock"] = load_or_bad_input(lock).to_json()
     results = run_checks(facts, only)
@@ -92,8 +92,8 @@ def run(
 
 def tuned_stack_check(profile_ref: str, python: Path) -> CheckResult:
     """A tuned profile against the installed stack (the stack it was tuned on is in its [tuned] table)."""
-    from launcher.profiles import load_profile
-    from launcher.tunestack import current_stack, stale
+    from launcher.profiles.profile import load_profile
+    from launcher.profiles.stack import current_stack, stale
 
     profile = load_profile(profile_ref)
     if not profile.tuned.get("stack"):

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher import ab as abmod
+from launcher.ab import run as abmod
 from launcher.errors import BadInput, ExitCode
 from launcher.output import atomic_write_text
-from launcher.profiles import SETTINGS, ServingProfile, load_profile
+from launcher.profiles.profile import SETTINGS, ServingProfile, load_profile
 
 Say = Callable[[str], None]
 KNOBS = (
@@ -80,7 +80,7 @@ def probe_candidates(probe: dict[str, Any]) -> tuple[list[Candidate], list[str]]
     """Linear chains and attention: every correct kernel that is faster than vLLM's choice, or within the margin
     of it (a close call a microbenchmark cannot settle), becomes a candidate steered with disabled_kernels or
     attention_backend. MoE backends are one flag for every MoE layer: left to `profile write`."""
-    from launcher import evidence
+    from launcher.profiles import write as evidence
 
     found: list[Candidate] = []
     notes: list[str] = []
@@ -136,7 +136,7 @@ def candidates(cfg: TuneConfig, base: ServingProfile) -> tuple[list[Candidate], 
             if cfg.probe is None:
                 skipped.append("probe evidence: none given (--from probe.json adds kernel candidates)")
                 continue
-            from launcher.evidence import load_evidence
+            from launcher.profiles.write import load_evidence
 
             probe = load_evidence([cfg.probe]).get("probe")
             if probe is None:
@@ -283,7 +283,7 @@ def _learn(seen: dict[str, float], doc: dict[str, Any], seconds: float, passes: 
 
 
 def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
-    from launcher.serve import _sigterm_as_interrupt
+    from launcher.serve.run import _sigterm_as_interrupt
 
     base = load_profile(cfg.base)
     cands, skipped = candidates(cfg, base)
@@ -494,8 +494,8 @@ def write_tuned_profile(
     import tomli_w
 
     from launcher.engine import resolve_python
-    from launcher.profiles import parse_profile
-    from launcher.tunestack import current_stack
+    from launcher.profiles.profile import parse_profile
+    from launcher.profiles.stack import current_stack
 
     name = cfg.name or f"{base.name}-tuned"
     path = out / f"{name}.toml"

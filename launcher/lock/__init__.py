@@ -1,0 +1,1 @@
+"""`nemolaunch lock`: the installed stack pinned, verified and bundled."""

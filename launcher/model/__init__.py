@@ -1,0 +1,1 @@
+"""Model shapes: weightless model folders (architectures, quantization) and the tiny CPU model."""

@@ -1,0 +1,1 @@
+"""`nemolaunch probe`: every kernel of vLLM's chains, measured on this GPU in isolated child processes."""
