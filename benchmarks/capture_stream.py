@@ -1,5 +1,5 @@
 """Capture what a real vLLM server sends for streamed /v1/completions requests, byte for byte (status line, headers,
-the chunked body), as the fixture that tests/test_bench_stream_server.py holds benchmarks/stream_server.py to.
+the chunked body), as the fixture that tests/bench/test_stream_server.py holds benchmarks/stream_server.py to.
 
 python benchmarks/capture_stream.py --engine ENGINE_PY --model DIR --out tests/fixtures/bench/stream-capture.json
     starts the vLLM API server of ENGINE_PY on the model (the CPU engine: about 80 s), sends two requests with

@@ -14,10 +14,10 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.documents import validate_bench, validate_doctor, validate_probe
-from tests.conftest import free_port, make_env
 from tests.fake_server import serving
+from tests.helpers import FIXTURES, free_port, make_env
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 PROBE = FIX / "probe" / "h200-vllm026-2026-11-30.json"
 DOCTOR = FIX / "doctor" / "h200-vllm026-2026-11-30.json"
 BENCH = FIX / "bench" / "h200-graphs"

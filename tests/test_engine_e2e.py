@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from launcher.serve.process import Server
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.engine
 

@@ -1,0 +1,221 @@
+"""The decode roofline against numbers known from model cards and datasheets, and a real H200 bench summary."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.bench import roofline as roofline
+from launcher.cli.main import main
+from launcher.model.shapes import KNOWN
+from tests.helpers import FIXTURES
+
+# The random-weight 1.1B Llama that benchmarks/gpu_bench.sh served on the H200 for the h200-graphs fixture.
+LLAMA_1B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 1024,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active_with_embedding"),
+    [
+        ("llama-3.1-8b", 8.03e9, 8.03e9),  # "8B"; 8,030,261,248 parameters in the safetensors index
+        ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # the card: 30.5B in total, 3.3B activated
+        ("mixtral-8x7b", 46.7e9, 12.9e9),  # Mistral's announcement: 46.7B total, 12.9B per token
+        ("llama-3.1-70b", 70.6e9, 70.6e9),
+    ],
+)
+def test_parameter_counts_match_the_model_cards(name: str, total: float, active_with_embedding: float) -> None:
+    t = roofline.model_traffic(KNOWN[name].config)
+    assert t.total_params == pytest.approx(total, rel=0.01)
+    assert t.active_params + t.embed_params == pytest.approx(active_with_embedding, rel=0.02)
+
+
+def test_distinct_experts_is_top_k_for_one_token_and_approaches_all_experts() -> None:
+    assert roofline.expected_distinct_experts(128, 8, 1) == pytest.approx(8)
+    assert roofline.expected_distinct_experts(128, 8, 16) == pytest.approx(128 * (1 - (120 / 128) ** 16))
+    assert roofline.expected_distinct_experts(8, 2, 256) == pytest.approx(8, rel=1e-6)
+
+
+def test_llama3_8b_step_bytes_and_ceiling_on_an_h200() -> None:
+    t = roofline.model_traffic(KNOWN["llama-3-8b"].config)
+    lm_head = 4096 * 128256
+    body = t.dense_params  # everything but the embeddings and the lm_head
+    bf16 = roofline.step_bytes(t, 1, 0)
+    assert bf16.weights == 2 * (body + lm_head)
+    fp8 = roofline.step_bytes(t, 1, 0, "fp8")
+    assert fp8.weights == body + 2 * lm_head  # the lm_head stays bf16
+    nvfp4 = roofline.step_bytes(t, 1, 0, "nvfp4")
+    assert nvfp4.weights == pytest.approx(0.5625 * body + 2 * lm_head)
+    # KV: 32 layers x 8 kv heads x 128 x (K and V) x 2 bytes per token, for each sequence
+    kv = roofline.step_bytes(t, 4, 1024)
+    assert kv.kv == 32 * 8 * 128 * 2 * 2 * 1024 * 4
+    assert roofline.step_bytes(t, 4, 1024, kv_dtype="fp8").kv == kv.kv / 2
+    # 15.0 GB per step in bf16 over 4.8 TB/s: 320 tok/s for one user at most
+    assert roofline.ceiling_tok_s(bf16.total, 1, 4.8e12) == pytest.approx(320, rel=0.01)
+
+
+def test_moe_weights_grow_with_the_experts_routed_to() -> None:
+    t = roofline.model_traffic(KNOWN["qwen3-30b-a3b"].config)
+    one, many = roofline.step_bytes(t, 1, 0), roofline.step_bytes(t, 256, 0)
+    assert one.distinct_experts == pytest.approx(8)
+    assert many.distinct_experts == pytest.approx(128, rel=1e-3)
+    per_expert = 48 * 2 * 3 * 2048 * 768
+    assert many.weights - one.weights == pytest.approx(per_expert * (many.distinct_experts - 8))
+
+
+def test_nvml_bandwidth_is_clock_times_bus_width_times_two() -> None:
+    # H100 SXM: NVML reports a 2619 MHz max memory clock on a 5120-bit bus; the datasheet says 3.35 TB/s
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "memory_clock_max_mhz": 2619, "memory_bus_width_bits": 5120}
+    bw = roofline.gpu_bandwidth(h100)
+    assert bw is not None and bw.source == "nvml"
+    assert bw.bytes_per_s == pytest.approx(3.35e12, rel=0.001)
+    assert bw.datasheet_bytes_per_s == 3.35e12
+    assert roofline.gpu_bandwidth({"name": "NVIDIA H100 PCIe"}).bytes_per_s == 2.0e12  # type: ignore[union-attr]
+    assert roofline.gpu_bandwidth({"name": "Some New GPU"}) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "expected"),
+    [
+        ({}, [], "bf16"),
+        ({}, ["--quantization", "fp8"], "fp8"),
+        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}, [], "nvfp4"),
+        ({"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}, [], "fp8"),
+        (
+            {
+                "quantization_config": {
+                    "quant_method": "compressed-tensors",
+                    "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float"}}},
+                }
+            },
+            [],
+            "nvfp4",
+        ),
+    ],
+    ids=["bf16", "online-fp8", "modelopt-nvfp4", "fp8-checkpoint", "compressed-tensors-nvfp4"],
+)
+def test_weight_dtype(config: dict, argv: list[str], expected: str) -> None:  # type: ignore[type-arg]
+    assert roofline.weight_dtype_of(config, argv) == expected
+
+
+def test_annotate_a_real_h200_run() -> None:
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    r = roofline.annotate(summary, LLAMA_1B)
+    assert r.applies and r.bandwidth is not None and r.bandwidth.bytes_per_s == 4.8e12
+    level = r.levels[0]
+    assert level.concurrency == 1
+    context = summary["workload"]["input_len"] + summary["workload"]["output_len"] / 2
+    t = roofline.model_traffic(LLAMA_1B)
+    step = 2 * (t.dense_params + t.head_params) + 16 * 4 * 128 * 2 * 2 * context
+    assert level.step_bytes == pytest.approx(step)
+    measured = summary["levels"][0]["output_throughput_tok_s"]
+    assert level.percent_of_limit == pytest.approx(100 * measured * step / 4.8e12)
+    assert r.ceiling_per_user_tok_s == pytest.approx(4.8e12 / step)
+
+
+def test_tensor_parallel_spreads_the_bytes_over_the_gpus() -> None:
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    single = roofline.annotate(summary, LLAMA_1B)
+    tp = copy.deepcopy(summary)
+    tp["provenance"]["launched_by_nemolaunch"]["argv"] += ["--tensor-parallel-size", "2"]
+    double = roofline.annotate(tp, LLAMA_1B)
+    assert double.ceiling_per_user_tok_s == pytest.approx(2 * single.ceiling_per_user_tok_s)  # type: ignore[operator]
+
+
+def test_roofline_cli_says_it_does_not_apply_to_the_cpu_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = {"workload": {"input_len": 32, "output_len": 16}, "provenance": {"gpu": None}, "levels": []}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_1B))
+    rc = main(["roofline", str(tmp_path / "summary.json"), "--model", str(tmp_path)])
+    assert rc == 3
+    assert capsys.readouterr().out == (
+        "roofline does not apply: no NVIDIA GPU in this run (the CPU engine): "
+        "a GPU memory-bandwidth roofline does not apply\n"
+    )
+
+
+def test_roofline_cli_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_1B))
+    summary = FIXTURES / "bench" / "h200-graphs" / "summary.json"
+    assert main(["roofline", str(summary), "--model", str(tmp_path / "config.json"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "nemolaunch.roofline/1" and [lv["concurrency"] for lv in doc["levels"]] == [1, 4, 16, 64]
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["roofline", str(tmp_path / "bad.json"), "--model", str(tmp_path)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_bench_prints_one_roofline_line_from_the_summary() -> None:
+    from launcher.views.bench import roofline_line
+
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    doc = roofline.annotate(summary, LLAMA_1B).to_json()
+    ceiling = doc["ceiling_per_user_tok_s"]
+    shares = [f"c={lv['concurrency']} {lv['percent_of_limit']:.0f}%" for lv in doc["levels"]]
+    assert roofline_line(doc) == (
+        f"roofline: at most {ceiling:.0f} tok/s per user at c=1 by memory bandwidth; measured share of the limit: "
+        f"{', '.join(shares)} (nemolaunch roofline SUMMARY --model DIR for the table)"
+    )
+    cpu = roofline.annotate({**summary, "provenance": {}}, LLAMA_1B).to_json()
+    assert roofline_line(cpu) == f"roofline: does not apply ({cpu['reason']})"
+    assert roofline_line(None) is None
+
+
+def test_a_shape_folders_recorded_flags_set_the_weight_dtype() -> None:
+    """The H200 fidelity run served a `model shape llama-3-8b --quantization fp8` folder outside nemolaunch serve:
+    the summary has no argv, so the folder's recorded flags (`--quantization fp8`) must decide the weights' bytes."""
+    from launcher.model import shapes as shapes
+
+    summary = json.loads((FIXTURES / "gpu-h200-2026-12-01" / "bench-llama3-8b-fp8-c1.summary.json").read_text())
+    config = shapes.resolve("llama-3-8b", "fp8").config
+    as_bf16 = roofline.annotate(summary, config)
+    as_fp8 = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
+    assert (as_bf16.weight_dtype, as_fp8.weight_dtype) == ("bf16", "fp8")
+    assert as_fp8.levels[0].percent_of_limit == pytest.approx(46.4, abs=0.1)
+
+
+def test_a_levels_prompts_as_the_server_counted_them_set_its_context() -> None:
+    """The H200 fidelity run of 2026-12-02 sent a dataset of 256-token prompts, but the level's input_len is the
+    sweep's default (512): the KV cache read per step must follow the prompts really sent (mean_prompt_tokens, from
+    the server's usage), where the summary has them."""
+    from launcher.model import shapes as shapes
+
+    path = FIXTURES / "gpu-h200-2026-12-02" / "fidelity" / "nemolaunch-c256.summary.json"
+    summary = json.loads(path.read_text())
+    config = shapes.resolve("llama-3.1-8b", "fp8").config
+    args = ["--load-format", "dummy", "--quantization", "fp8"]
+    labelled = roofline.annotate(summary, config, served_args=args)
+    summary["levels"][0]["mean_prompt_tokens"] = 256.0
+    counted = roofline.annotate(summary, config, served_args=args)
+    assert labelled.levels[0].context_len == 512 + 64 and counted.levels[0].context_len == 256 + 64
+    assert counted.levels[0].kv_bytes == pytest.approx(labelled.levels[0].kv_bytes * 320 / 576)
+    assert counted.context_len == 320  # the report's line and the c=1 ceiling use the first level's
+
+
+def test_a_masked_prompt_count_falls_back_to_the_levels_length() -> None:
+    """bench summaries written on 2026-12-02 before the fix in checks.secrets carry "mean_prompt_tokens":
+    "<redacted>" (the H200's MoE shape and c=256 runs): roofline reads the level's input_len instead of dying in
+    float()."""
+    from launcher.model import shapes as shapes
+
+    path = FIXTURES / "gpu-h200-2026-12-02b" / "fidelity256" / "nemolaunch-c256.summary.json"
+    summary = json.loads(path.read_text())
+    assert summary["levels"][0]["mean_prompt_tokens"] == "<redacted>"  # as bench wrote it on the H200
+    config = shapes.resolve("llama-3.1-8b", "fp8").config
+    got = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
+    assert got.levels[0].context_len == 512 + 64
