@@ -14,9 +14,9 @@ import pytest
 from launcher.bench import BenchConfig, LevelSpec, RequestRecord, parse_slo, summarize, validate
 from launcher.bench.client import finish
 from launcher.bench.workload import arrival_offsets, read_dataset
+from launcher.cli.bench import headers_for
 from launcher.errors import BadInput
 from launcher.serve.sse import DONE, SSEReader
-from launcher.views.bench import headers_for
 
 SPEC = LevelSpec(1, None, 16)
 

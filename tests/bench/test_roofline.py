@@ -161,7 +161,7 @@ def test_roofline_cli_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_bench_prints_one_roofline_line_from_the_summary() -> None:
-    from launcher.views.bench import roofline_line
+    from launcher.cli.bench import roofline_line
 
     summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
     doc = roofline.annotate(summary, LLAMA_1B).to_json()

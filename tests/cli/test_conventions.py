@@ -62,7 +62,7 @@ def test_never_imports_heavy_modules_in_process(argv: list[str], tmp_path: Path)
 def test_probe_needs_no_toml_writer() -> None:
     """probe runs where nemolaunch is a checkout on a GPU host's own Python (the H200 procedure); only writing a
     profile needs tomli_w, so probe's report and table import without it (2026-12-02 they did not)."""
-    code = "import sys; sys.modules['tomli_w'] = None; import launcher.views.probe, launcher.probe.run; print('ok')"
+    code = "import sys; sys.modules['tomli_w'] = None; import launcher.cli.probe, launcher.probe.run; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"

@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 import pytest
 
 from launcher.cli.main import main
+from launcher.cli.probe import render
 from launcher.engine import resolve_python
 from launcher.probe import run as stage
 from launcher.probe.run import KernelResult, ProbeReport, rank
 from launcher.profiles.profile import ServingProfile
-from launcher.views.probe import render
 from tests.helpers import FIXTURES
 
 MODELS = FIXTURES / "models"

@@ -1,0 +1,217 @@
+"""`nemolaunch ab` (is B faster than A here?) and `nemolaunch tune` (search settings with ab), and how their
+results read on a terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from launcher.cli.options import INTS, JSON_OPTION, NAMES, PYTHON_OPTION, default_out
+
+
+@click.command()
+@click.option("--model", required=True, help="The model folder both sides serve.")
+@click.option("--a", "a_ref", help="Profile of side A, the baseline (name or path).")
+@click.option("--b", "b_ref", help="Profile of side B.")
+@click.option("--set-a", multiple=True, metavar="KEY=VALUE", help="Override a [vllm] setting of A (repeatable).")
+@click.option("--set-b", multiple=True, metavar="KEY=VALUE", help="Override a [vllm] setting of B (repeatable).")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="NAME=PROFILE[,KEY=VALUE...]",
+    help="More configurations (or instead of --a/--b); the first given is the baseline.",
+)
+@click.option("--concurrency", type=INTS, default="1,8,32", show_default=True, help="Levels, comma-separated.")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
+@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
+@click.option(
+    "--warmup-passes", default=1, show_default=True, type=click.IntRange(0), help="Unmeasured passes per server start."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "co-resident", "restart"]),
+    default="auto",
+    show_default=True,
+    help="co-resident: all servers up at once, each its share of memory; restart: one server at a time.",
+)
+@click.option("--calibrate", is_flag=True, help="Also run A against itself (A/A) to measure the noise floor.")
+@click.option("--noise-floor", help="A stored floor: a fraction (0.03) or the ab.json of a calibrated run.")
+@click.option("--no-same-answers", is_flag=True, help="Skip the greedy same-answers check.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: ab-results/ab-<time>].")
+@PYTHON_OPTION
+@JSON_OPTION
+def ab(
+    model: str,
+    a_ref: str | None,
+    b_ref: str | None,
+    set_a: tuple[str, ...],
+    set_b: tuple[str, ...],
+    configs: tuple[str, ...],
+    concurrency: tuple[int, ...],
+    rounds: int,
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None,
+    warmup: int,
+    warmup_passes: int,
+    mode: str,
+    calibrate: bool,
+    noise_floor: str | None,
+    no_same_answers: bool,
+    out: Path | None,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Is B faster than A here? Interleaved ABBA rounds of bench passes, a verdict per level against the noise.
+
+    Writes OUT/ab.json (schema nemolaunch.ab/1), report.md, ratios.png and every pass as a bench folder under
+    OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command with the same --out continues
+    (a larger --rounds extends a complete run). Exit 1 when a configuration cannot serve.
+    """
+    from launcher.ab import run as stage
+    from launcher.output import json_document
+
+    sides = stage.sides_from_options(a_ref, b_ref, set_a, set_b, configs)
+    floor, source = stage.load_noise_floor(noise_floor) if noise_floor else (None, None)
+    cfg = stage.AbConfig(
+        model=model,
+        sides=sides,
+        concurrency=concurrency,
+        rounds=rounds,
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        warmup_requests=warmup,
+        warmup_passes=warmup_passes,
+        mode=mode,  # type: ignore[arg-type]
+        calibrate=calibrate,
+        noise_floor=floor,
+        noise_floor_source=source,
+        python=python,
+        same_answers=not no_same_answers,
+    )
+    out = out or default_out("ab-results", "ab")
+    outcome = stage.run_ab(cfg, out, say=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json_document("ab", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+    else:
+        click.echo(ab_text(outcome.doc))
+    click.echo(f"nemolaunch: {outcome.message}; results: {out}/ab.json, report.md", err=True)
+    return outcome.code
+
+
+@click.command()
+@click.option("--model", required=True, help="The model folder to tune for.")
+@click.option("--base", default="cpu", show_default=True, help="The profile to start from (name or path).")
+@click.option("--budget", "budget_min", default=30.0, show_default=True, type=click.FloatRange(min=1), help="Minutes.")
+@click.option("--concurrency", type=INTS, default="1,8,32", show_default=True, help="Levels, comma-separated.")
+@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
+@click.option(
+    "--knobs",
+    type=NAMES,
+    help="What to search, comma-separated [default: probe, cuda_graphs, gpu_memory_utilization, max_num_seqs, "
+    "max_num_batched_tokens, async_scheduling, kv_cache_dtype].",
+)
+@click.option(
+    "--from",
+    "probe_json",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A probe report (probe --json): its close calls and faster kernels become candidates.",
+)
+@click.option(
+    "--noise-floor",
+    help="The A/A floor the final's verdicts use: a fraction (0.03) or the ab.json of a calibrated ab run of the same "
+    "model and workload [default: 3%, not measured].",
+)
+@click.option("--name", help="The tuned profile's name [default: BASE-tuned].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: tune-results/tune-<time>].")
+@PYTHON_OPTION
+@JSON_OPTION
+def tune(
+    model: str,
+    base: str,
+    budget_min: float,
+    concurrency: tuple[int, ...],
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None,
+    rounds: int,
+    knobs: tuple[str, ...] | None,
+    probe_json: Path | None,
+    noise_floor: str | None,
+    name: str | None,
+    out: Path | None,
+    python: Path | None,
+    as_json: bool,
+) -> int:
+    """Search serving settings end to end (screen, then interleaved ab of finalists) and write the winner.
+
+    Writes OUT/NAME.toml (the tuned profile, [why] citing ab verdicts, [tuned] the stack and workload),
+    OUT/tune.json and every trial's ab folder. Rerun the same command with the same --out to resume.
+    """
+    from launcher.ab import tune as stage
+    from launcher.ab.run import load_noise_floor
+    from launcher.output import json_document
+
+    floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
+    cfg = stage.TuneConfig(
+        model=model,
+        base=base,
+        budget_min=budget_min,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        rounds=rounds,
+        knobs=knobs or stage.KNOBS,
+        probe=probe_json,
+        python=python,
+        name=name,
+        noise_floor=floor,
+        noise_floor_source=source,
+    )
+    out = out or default_out("tune-results", "tune")
+    outcome = stage.run_tune(cfg, out, say=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json_document("tune", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+    else:
+        click.echo(tune_text(outcome.doc))
+    click.echo(f"nemolaunch: {outcome.message}", err=True)
+    return outcome.code
+
+
+def ab_text(doc: dict[str, Any]) -> str:
+    from launcher.ab.run import VERDICT_HEADERS, verdict_rows
+    from launcher.output import table
+
+    lines = [table(VERDICT_HEADERS, verdict_rows(doc))]
+    for s in doc["sides"]:
+        if s["status"] in ("infeasible", "died"):
+            lines.append(f"{s['name']}: {s['status']}: {s['diagnosis']}")
+    answers = doc["answers"]
+    if answers["applies"]:
+        lines += [f"{name} vs {doc['baseline']}: {a['text']}" for name, a in answers["sides"].items()]
+    else:
+        lines.append(f"same answers not compared: {answers['note']}")
+    lines.append(f"mode {doc['mode']}; noise floor {doc['noise_floor']['source']}; method: {doc['method']}")
+    return "\n".join(lines)
+
+
+def tune_text(doc: dict[str, Any]) -> str:
+    from launcher.output import table
+
+    rows = [[t["name"], t["stage"], t["status"], t.get("headline") or "-"] for t in doc["trials"]]
+    lines = [table(["candidate", "stage", "status", "result"], rows)]
+    lines += [f"not tested: {n}" for n in doc["not_tested"]]
+    lines += doc["load_notes"]
+    lines.append(f"winner: {doc['winner']}; profile written to {doc['profile']}")
+    return "\n".join(lines)

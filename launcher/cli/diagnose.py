@@ -1,0 +1,61 @@
+"""`nemolaunch diagnose`: known serving failures in a vLLM log, each with its fix."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from launcher.cli.options import JSON_OPTION
+
+if TYPE_CHECKING:
+    from launcher.diagnose.run import Finding
+
+
+@click.command()
+@click.argument("logfile", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--gpu", help="The GPU the log came from (SM120, sm_121, 'RTX 5090', 'GB10', ...): some findings depend on it."
+)
+@JSON_OPTION
+def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
+    """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix.
+
+    Exit 1 when an error-level finding exists, 0 otherwise.
+    """
+    from checks.gpu_family import family_from_text
+    from launcher.diagnose import run as stage
+    from launcher.errors import BadInput
+    from launcher.output import json_document
+
+    family = family_from_text(gpu) if gpu else None
+    if gpu and not family:
+        raise BadInput(f"--gpu {gpu!r} names no GPU family I know", "write it like SM120, sm_121, 12.0 or GB10")
+    findings, lines = stage.diagnose_file(logfile, sys.stdin.buffer, family)
+    if as_json:
+        click.echo(
+            json_document(
+                "diagnose",
+                {"log": logfile, "lines": lines, "gpu_family": family, "findings": [f.to_json() for f in findings]},
+            )
+        )
+    else:
+        click.echo(render_text(findings, lines, "stdin" if logfile == "-" else logfile))
+    return stage.exit_code(findings)
+
+
+def render_text(findings: list[Finding], lines: int, name: str) -> str:
+    if not findings:
+        return f"{name}: {lines} lines, no known failure found"
+    out = [f"{name}: {lines} lines, {len(findings)} finding(s)"]
+    for f in findings:
+        out.append(f"\n[{f.severity}] {f.rule.title}  ({f.rule.id}, {f.count} line(s))")
+        out += [f"  line {n}: {t}" for n, t in f.evidence]
+        if f.stage is not None or f.rule.id == "root-error":
+            out.append(f"  stage: {f.stage or 'start-up (before loading weights)'}")
+        out.append(f"  cause: {f.rule.cause}")
+        out.append(f"  fix:   {f.fix()}")
+        if f.rule.avoid:
+            out.append(f"  profile: {f.rule.avoid}")
+    return "\n".join(out)

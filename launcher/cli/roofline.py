@@ -1,0 +1,93 @@
+"""`nemolaunch roofline`: each level's share of the memory-bandwidth limit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from launcher.cli.options import JSON_OPTION
+from launcher.errors import ExitCode
+
+if TYPE_CHECKING:
+    from launcher.bench.roofline import Roofline
+
+
+@click.command()
+@click.argument("summary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="The served model's folder (or its config.json).",
+)
+@JSON_OPTION
+def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
+    """Each level of a bench SUMMARY.json as a share of the GPU's memory-bandwidth limit.
+
+    A decode step reads the weights it uses (an MoE: the experts routed to) and the KV cache; over the
+    GPU's bandwidth (NVML, or the datasheet) that gives the most tok/s possible. Not for the CPU engine.
+    """
+    from launcher.bench import roofline as stage
+    from launcher.output import json_document
+
+    doc, config = (
+        _read_json(summary, "a bench summary.json"),
+        _read_json(model_dir / "config.json" if model_dir.is_dir() else model_dir, "the model's config.json"),
+    )
+    from launcher.model.shapes import MARKER, launch_args
+
+    # a shape folder records the flags it is served with (--quantization fp8 sets the weights' bytes)
+    served_args = launch_args(str(model_dir), [])[0] if (model_dir / MARKER).is_file() else []
+    result = stage.annotate(doc, config, served_args=served_args)
+    click.echo(json_document("roofline", result.to_json()) if as_json else render(result))
+    return ExitCode.OK if result.applies else ExitCode.NOT_READY
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    from launcher.errors import BadInput
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read {path}: {e}", f"give {what}") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{path} is not a JSON object", f"give {what}")
+    return doc
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{value:.1f}%"
+
+
+def render(r: Roofline) -> str:
+    from launcher.output import table
+
+    if not r.applies:
+        return f"roofline does not apply: {r.reason}"
+    assert r.bandwidth is not None and r.ceiling_per_user_tok_s is not None
+    lines = [f"roofline: {r.reason}"]
+    if r.bandwidth.nvml_bytes_per_s and r.bandwidth.datasheet_bytes_per_s:
+        lines.append(
+            f"bandwidth: NVML {r.bandwidth.nvml_bytes_per_s / 1e12:.2f} TB/s, datasheet "
+            f"{r.bandwidth.datasheet_bytes_per_s / 1e12:.2f} TB/s ({r.bandwidth.datasheet_source})"
+        )
+    lines.append(f"physical ceiling per user at c=1: {r.ceiling_per_user_tok_s:.0f} tok/s")
+    rows = [
+        [
+            lv.concurrency,
+            None if lv.distinct_experts is None else f"{lv.distinct_experts:.1f}",
+            f"{lv.weight_bytes / 1e9:.2f}",
+            f"{lv.kv_bytes / 1e9:.3f}",
+            f"{lv.ceiling_tok_s:.0f}",
+            lv.measured_tok_s,
+            _pct(lv.percent_of_limit),
+            _pct(lv.percent_of_limit_decode),
+        ]
+        for lv in r.levels
+    ]
+    headers = ["c", "experts/layer", "weights GB", "KV GB", "ceiling tok/s", "measured", "% of limit", "% (TPOT)"]
+    return "\n".join([*lines, "", table(headers, rows)])
