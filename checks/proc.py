@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -101,8 +101,11 @@ def run_python(
     return run_child([str(python), str(script), *args], timeout=timeout, env=env)
 
 
-def spawn_group(argv: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """Start a long-running process (the server) in its own process group, output to `log`."""
+def spawn_group(
+    argv: Sequence[str], env: Mapping[str, str], log: IO[bytes], preexec: Callable[[], None] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a long-running process (the server) in its own process group, output to `log`; `preexec` runs in the
+    child before it executes argv (the server's tie to its parent's life)."""
     return subprocess.Popen(
         list(argv),
         env=dict(env),
@@ -110,6 +113,7 @@ def spawn_group(argv: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> 
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=preexec,
     )
 
 

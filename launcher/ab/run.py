@@ -588,7 +588,7 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
 def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -> AbOutcome:
     """The whole ab run. Ctrl-C or SIGTERM: the round under way is dropped, the completed ones are kept and
     judged, servers are stopped; exit 130."""
-    from launcher.serve.run import _sigterm_as_interrupt
+    from launcher.serve.lifetime import interrupts
 
     if len({s.name for s in cfg.sides}) != len(cfg.sides):
         raise BadInput("two configurations have the same name", "name each --config differently")
@@ -608,7 +608,7 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
     run.write()
     try:
-        with _sigterm_as_interrupt():
+        with interrupts():
             for r in range(len(run.rounds), cfg.rounds):
                 _one_round(run, pool, r, say)
                 if run.states[run.base].status != "ok" or len(run.live_names()) < 2:

@@ -283,7 +283,7 @@ def _learn(seen: dict[str, float], doc: dict[str, Any], seconds: float, passes: 
 
 
 def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
-    from launcher.serve.run import _sigterm_as_interrupt
+    from launcher.serve.lifetime import interrupts
 
     base = load_profile(cfg.base)
     cands, skipped = candidates(cfg, base)
@@ -300,7 +300,7 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
     # one co-resident pool for the whole search: the base starts once, a finalist stays up for the final rounds
     pool = abmod.ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=1 + FINALISTS)
     try:
-        with _sigterm_as_interrupt():
+        with interrupts():
             # screening: one ABBA round each against the base, co-resident (base kept up across trials when it can be)
             for cand in cands:
                 trial = state.data["trials"].get(cand.name)

@@ -4,11 +4,9 @@ rewritten after every level, so Ctrl-C, SIGTERM or a dying server keep what was 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import resource
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from launcher.bench.config import BenchConfig, LevelSpec, levels, validate
 from launcher.bench.stats import LevelResult, level_label, summarize
 from launcher.bench.workload import Prompt, Tokenizer, arrival_offsets, exact_prompts, read_dataset
 from launcher.errors import BadInput, ExitCode, NotReady
+from launcher.serve.lifetime import async_interrupts
 
 Say = Callable[[str], None]
 
@@ -213,17 +212,10 @@ def slo_verdict(levels_done: list[LevelResult]) -> dict[str, Any] | None:
 
 async def sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) -> SweepOutcome:
     main = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    try:  # SIGTERM stops the sweep as Ctrl-C does: the summary says interrupted, everything measured is kept
-        assert main is not None
-        loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    except (ValueError, RuntimeError, NotImplementedError, AssertionError):
-        pass
-    try:
+    assert main is not None
+    # SIGTERM and SIGHUP stop the sweep as Ctrl-C does: the summary says interrupted, everything measured is kept
+    with async_interrupts(main.cancel):
         return await _sweep(cfg, out, served, say)
-    finally:
-        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) -> SweepOutcome:

