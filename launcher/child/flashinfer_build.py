@@ -4,7 +4,7 @@ own cache (where vLLM and the probe's children find them).
     python flashinfer_build.py OUTDIR HEAD_DIM MODULE...     MODULE: attention (vLLM's FLASHINFER backend's two
                                                              bf16 paged modules) or gemm (bmm_fp8's module)
 
-probe.run starts this first, in a session of its own, so it outlives a probe that is stopped (the next run then
+probe/builds.py starts this first, in a session of its own, so it outlives a probe that is stopped (the next run then
 finds the modules built, or waits on FlashInfer's lock). Per module it holds FlashInfer's own per-module file lock
 (JitSpec.lock_path, the one JitSpec.build_and_load takes) while it writes the module's build.ninja and runs ninja
 exactly as JitSpec.build does (`ninja -C <module dir> -f build.ninja`, so the module's own .ninja_log records the

@@ -14,8 +14,10 @@ import pytest
 from launcher.cli.main import main
 from launcher.cli.probe import render
 from launcher.engine import resolve_python
+from launcher.probe import chains as chain_table
 from launcher.probe import run as stage
-from launcher.probe.run import KernelResult, ProbeReport, rank
+from launcher.probe import selection as pick
+from launcher.probe.report import KernelResult, ProbeReport, rank
 from launcher.profiles.profile import ServingProfile
 from tests.helpers import FIXTURES
 
@@ -58,15 +60,15 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_model_gets_the_chains_it_can_use(
     model: str, quantization: str | None, probed: set[str], left_out: dict[str, str]
 ) -> None:
-    selection = stage.chains_for(MODELS / model, quantization, every=False)
+    selection = pick.chains_for(MODELS / model, quantization, every=False)
     assert set(selection.chains) == probed
-    assert set(selection.chains) | set(selection.left_out) == set(stage.chain_table.CHAINS)
+    assert set(selection.chains) | set(selection.left_out) == set(chain_table.CHAINS)
     for chain, why in left_out.items():
         assert why in selection.left_out[chain], selection.left_out[chain]
 
 
 def test_block_scaled_fp8_says_its_kernels_are_not_the_probed_ones() -> None:
-    selection = stage.chains_for(MODELS / "qwen3-30b-a3b-fp8", None, every=False)
+    selection = pick.chains_for(MODELS / "qwen3-30b-a3b-fp8", None, every=False)
     assert "block-FP8 kernels, which nemolaunch does not probe yet" in selection.chains["fp8_dense"]
     assert "128 experts" in selection.chains["fp8_moe"]
 
@@ -85,15 +87,15 @@ def test_the_child_is_told_whether_fp8_activation_scales_are_static(
 ) -> None:
     """vLLM runs FlashInfer's CUTLASS per-tensor FP8 MoE only with static activation scales: the probe's MoE gate
     asks vLLM with the model's scheme."""
-    assert stage.model_quantization(MODELS / model, quantization).static_activations is static
+    assert pick.model_quantization(MODELS / model, quantization).static_activations is static
 
 
 def test_all_and_no_model_probe_every_chain() -> None:
     for selection in (
-        stage.chains_for(MODELS / "llama-3.1-8b-instruct", None, every=True),
-        stage.chains_for(None, None, every=False),
+        pick.chains_for(MODELS / "llama-3.1-8b-instruct", None, every=True),
+        pick.chains_for(None, None, every=False),
     ):
-        assert set(selection.chains) == set(stage.chain_table.CHAINS) and not selection.left_out
+        assert set(selection.chains) == set(chain_table.CHAINS) and not selection.left_out
 
 
 @pytest.mark.parametrize(
@@ -108,7 +110,7 @@ def test_all_and_no_model_probe_every_chain() -> None:
     ids=["extra-args", "extra-args-equals", "short-flag", "setting", "none"],
 )
 def test_a_profiles_online_quantization(settings: dict[str, Any], expected: str | None) -> None:
-    assert stage.profile_quantization(ServingProfile("p", Path("p.toml"), settings=settings)) == expected
+    assert pick.profile_quantization(ServingProfile("p", Path("p.toml"), settings=settings)) == expected
 
 
 def probe_json(capsys: pytest.CaptureFixture[str], *args: str, code: int) -> dict[str, Any]:
@@ -128,7 +130,7 @@ def test_the_report_says_what_it_left_out_and_why(capsys: pytest.CaptureFixture[
     }
     assert doc["layer"]["experts"] == 128 and doc["layer"]["topk"] == 8
     every = probe_json(capsys, "--model", str(MODELS / "qwen3-30b-a3b"), "--all", code=3)
-    assert {k["chain"] for k in every["kernels"]} == set(stage.chain_table.CHAINS) and not every["chains_left_out"]
+    assert {k["chain"] for k in every["kernels"]} == set(chain_table.CHAINS) and not every["chains_left_out"]
 
 
 @pytest.mark.usefixtures("no_gpu")
@@ -281,4 +283,4 @@ def test_a_table_with_more_token_counts_says_how_many_it_left_out() -> None:
 def test_a_copied_model_folder_reads_the_same(tmp_path: Path) -> None:
     """What is read is the folder's files, not the fixture's path."""
     shutil.copytree(MODELS / "qwen3-30b-a3b-nvfp4", tmp_path / "m")
-    assert set(stage.chains_for(tmp_path / "m", None, every=False).chains) == {"attention", "nvfp4_dense", "nvfp4_moe"}
+    assert set(pick.chains_for(tmp_path / "m", None, every=False).chains) == {"attention", "nvfp4_dense", "nvfp4_moe"}

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from launcher.child.isolate import Build, Turn, run_isolated
-from launcher.probe.run import KernelResult, Layer, rank
+from launcher.probe.report import KernelResult, rank
+from launcher.probe.selection import Layer
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "launcher" / "child"))
@@ -188,7 +189,7 @@ def test_the_probe_starts_the_builds_its_kernels_need_in_their_own_session(
     attention and FP8 GEMM modules; it says it prebuilt nothing (so the kernels go ahead and report their own
     error); the report's timeline says so; NEMOLAUNCH_FLASHINFER_PREBUILD=0 starts none."""
     from launcher.probe import chains as chain_table
-    from launcher.probe.run import build_timeline, start_builds
+    from launcher.probe.builds import build_timeline, start_builds
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("NEMOLAUNCH_FLASHINFER_PREBUILD")

@@ -13,22 +13,25 @@ from pathlib import Path
 import pytest
 
 from checks.proc import Conversation
-from launcher.probe.run import KernelResult, Layer, _probe_all
+from launcher.probe.harness import probe_all
+from launcher.probe.report import KernelResult
+from launcher.probe.selection import Layer
 from tests.helpers import FIXTURES, ROOT
 
 CHILD = ROOT / "launcher" / "child"
-# runs under the engine's Python: every gate of kernel_probe.py, its exception as the probe would classify it
+# runs under the engine's Python: every gate (probe_kernels/gates.py), its exception as the probe would classify it
 SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import kernel_probe
+from probe_kernels.gates import GATES
+from probe_kernels.inputs import KernelLayer
 from verdict import classify
 
 def run_gates():
     out = {}
-    for (chain, kernel), setup in kernel_probe.GATES.items():
+    for (chain, kernel), setup in GATES.items():
         try:
-            setup(16, 256, 256)
+            setup(16, 256, 256, KernelLayer())
             out[f"{chain}/{kernel}"] = {"status": "returned"}
         except Exception as e:
             out[f"{chain}/{kernel}"] = classify(e) or {"status": "failed", "error": repr(e)}
@@ -101,7 +104,7 @@ def test_the_new_probes_run_contained_in_the_real_harness(engine_python: Path) -
         KernelResult("fp8_dense", "HummingFP8ScaledMMLinearKernel", 6, True, None, "not-probed"),
     ]
     with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve"]) as harness:
-        assert not _probe_all(harness, kernels, Layer(dense=((64, 64),)), 120, lambda _: None)
+        assert not probe_all(harness, kernels, Layer(dense=((64, 64),)), 120, lambda _: None)
     cutedsl, fi_cutlass, flex, humming = kernels
     assert cutedsl.status == "unsupported" and "FlashInferCuteDSLExperts" in (cutedsl.error or ""), cutedsl
     assert fi_cutlass.status == "unsupported" and "FlashInferExperts" in (fi_cutlass.error or ""), fi_cutlass
@@ -134,17 +137,17 @@ def test_the_gpu_script_summary_counts_the_report(tmp_path: Path) -> None:
     assert "VLLM_CUTLASS" in listed and "AITER" not in listed  # ran vs. not run by design
 
 
-# runs under the engine's Python: kernel_probe's FLEX_ATTENTION probe on the CPU, as written for vLLM 0.26, through
+# runs under the engine's Python: the FLEX_ATTENTION probe on the CPU, as written for vLLM 0.26, through
 # the CPU engine's vLLM FlexAttentionImpl; the engine's vLLM differs in two places (its metadata dropped the
 # cascade fields, its block-size rule takes whether the KV cache is paged), bridged here; flex_attention runs
 # eagerly (torch's CPU inductor cannot compile it on these machines)
 FLEX_SCRIPT = """
 import dataclasses, inspect, json, sys
 sys.path.insert(0, sys.argv[1])
-import kernel_probe
+from probe_kernels.attention import attention_flex
+from probe_kernels.inputs import KernelLayer
 from vllm.v1.attention.backends import flex_attention as flex
-kernel_probe.DEVICE = "cpu"
-kernel_probe.LAYER.heads, kernel_probe.LAYER.kv_heads, kernel_probe.LAYER.head_dim = 4, 2, 64
+layer = KernelLayer(heads=4, kv_heads=2, head_dim=64, device="cpu")
 metadata, builder = flex.FlexAttentionMetadata, flex.FlexAttentionMetadataBuilder
 known = {f.name for f in dataclasses.fields(metadata)}
 flex.FlexAttentionMetadata = lambda **kw: metadata(**{k: v for k, v in kw.items() if k in known})
@@ -154,7 +157,7 @@ if len(inspect.signature(sizes).parameters) == 4:
 flex.flex_attention_compiled = flex.flex_attention
 out = {}
 for m, n, k in [(3, 1, 40), (1, 24, 24), (2, 8, 40), (20, 1, 33)]:
-    run, reference = kernel_probe.attention_flex(m, n, k)
+    run, reference = attention_flex(m, n, k, layer)
     got, want = run().float(), reference()
     out[f"{m},{n},{k}"] = float((got - want).norm() / want.norm())
 print(json.dumps(out))
@@ -177,12 +180,12 @@ MOE_SCRIPT = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch
-import kernel_probe as kp
-kp.DEVICE = "cpu"
-kp.LAYER.experts, kp.LAYER.topk = 128, 8
+from probe_kernels import moe as kp
+from probe_kernels.inputs import KernelLayer
+layer = KernelLayer(experts=128, topk=8, device="cpu")
 torch.manual_seed(0)
 started = time.monotonic()
-x, w1q, w2q, w1s, w2s, weights, ids, reference = kp.moe_fp8_inputs(16, 64, 128)
+x, w1q, w2q, w1s, w2s, weights, ids, reference = kp.moe_fp8_inputs(16, 64, 128, layer)
 setup_s = time.monotonic() - started
 d = kp.DISTINCT_EXPERTS
 same = lambda a, b: torch.equal(a.view(torch.uint8), b.view(torch.uint8))

@@ -21,7 +21,11 @@ import pytest
 from checks.proc import Conversation
 from launcher.child.isolate import Turn, run_isolated
 from launcher.cli.main import main
-from launcher.probe.run import CHILD, KernelResult, Layer, _probe_all, model_layer, rank, read_chains
+from launcher.paths import CHILD_DIR as CHILD
+from launcher.probe.harness import probe_all
+from launcher.probe.report import KernelResult, rank
+from launcher.probe.run import read_chains
+from launcher.probe.selection import Layer, model_layer
 from launcher.ranking import relative_speed
 from tests.helpers import FIXTURES
 
@@ -277,7 +281,7 @@ def test_the_harness_answers_for_every_kernel_it_is_given(engine_python: Path, t
     timeline: dict[str, Any] = {}
     chains = "fp8_dense,attention"  # no MoE chain: its modules are not preloaded
     with Conversation([engine_python, CHILD / "kernel_probe.py", "--serve", "--chains", chains]) as harness:
-        interrupted = _probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append, builds, start, timeline)
+        interrupted = probe_all(harness, kernels, Layer(dense=((64, 64),)), 60, seen.append, builds, start, timeline)
     assert not interrupted
     for k in kernels[:2]:
         assert k.status == "failed" and "CUDA" in (k.error or ""), k
@@ -321,7 +325,7 @@ def test_ctrl_c_keeps_what_was_measured() -> None:
     hello = {"kernels": [[k.chain, k.kernel] for k in kernels]}
     answer = {"chain": "fp8_dense", "kernel": done.kernel, "status": "ok", "shapes": done.shapes, "seconds": 1.0}
     harness = InterruptedHarness([hello, answer])
-    assert _probe_all(harness, kernels, Layer(), 60, lambda line: None) is True  # type: ignore[arg-type]
+    assert probe_all(harness, kernels, Layer(), 60, lambda line: None) is True  # type: ignore[arg-type]
     by_name = {k.kernel: k for k in kernels}
     assert by_name[done.kernel].status == "ok" and by_name[done.kernel].shapes
     assert all(k.status == "interrupted" for k in kernels if k.kernel != done.kernel)
