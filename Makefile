@@ -53,20 +53,23 @@ test: lint type pytest
 
 # The main job: serve MODEL with PROFILE, sweep concurrency, write the results and report, stop the server.
 # On a GPU host: make bench PROFILE=sm120 MODEL=/models/x ENGINE=/path/to/vllm-venv/bin/python
-CONCURRENCY ?= 1,2,4,8
-INPUT_LEN   ?= 128
-OUTPUT_LEN  ?= 64
+# The workload is nemolaunch's own default (launcher/defaults.py) unless CONCURRENCY, INPUT_LEN or OUTPUT_LEN is
+# given; the tiny CPU model gets a CPU-sized one (its levels last about a second each on 2 cores).
 BENCH_OUT   ?= build/bench/$(PROFILE)-$(shell date +%Y%m%d-%H%M%S)
 ifeq ($(PROFILE),cpu)
 BENCH_DEPS  := venv engine model
 ENGINE      ?= $(ENGINE_PY)
+CONCURRENCY ?= 1,2,4,8
+INPUT_LEN   ?= 128
+OUTPUT_LEN  ?= 64
 else
 BENCH_DEPS  := venv
 endif
 
 bench: $(BENCH_DEPS)
 	$(BIN)/nemolaunch bench --profile $(PROFILE) --model $(MODEL) $(if $(ENGINE),--python $(ENGINE)) \
-	  --concurrency $(CONCURRENCY) --input-len $(INPUT_LEN) --output-len $(OUTPUT_LEN) --out $(BENCH_OUT)
+	  $(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(INPUT_LEN),--input-len $(INPUT_LEN)) \
+	  $(if $(OUTPUT_LEN),--output-len $(OUTPUT_LEN)) --out $(BENCH_OUT)
 
 # Regenerate the generated locks from their inputs with a real resolver (uv), hashes included. torch's CPU
 # wheel comes from pip's configured find-links when there is one.

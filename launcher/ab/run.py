@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from checks.secrets import bearer
+from launcher import defaults
 from launcher.ab import stats as abstats
 from launcher.ab.passes import METRICS, PassResult, read_pass
 from launcher.errors import BadInput, ExitCode, NemolaunchError
@@ -75,10 +76,10 @@ class Side:
 class AbConfig:
     model: str
     sides: tuple[Side, ...]  # the first is the baseline every other side is judged against
-    concurrency: tuple[int, ...] = (1, 8, 32)
+    concurrency: tuple[int, ...] = defaults.COMPARE_LEVELS
     rounds: int = 3
-    input_len: int = 256
-    output_len: int = 128
+    input_len: int = defaults.INPUT_LEN
+    output_len: int = defaults.OUTPUT_LEN
     num_prompts: int | None = None
     warmup_requests: int = 2
     warmup_passes: int = WARMUP_PASSES

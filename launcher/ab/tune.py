@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher import defaults
 from launcher.ab import run as abmod
 from launcher.errors import BadInput, ExitCode
 from launcher.output import atomic_write_text
@@ -52,9 +53,9 @@ class TuneConfig:
     model: str
     base: str = "cpu"
     budget_min: float = 30.0
-    concurrency: tuple[int, ...] = (1, 8, 32)
-    input_len: int = 256
-    output_len: int = 128
+    concurrency: tuple[int, ...] = defaults.COMPARE_LEVELS
+    input_len: int = defaults.INPUT_LEN
+    output_len: int = defaults.OUTPUT_LEN
     num_prompts: int | None = None
     rounds: int = 3
     knobs: tuple[str, ...] = KNOBS

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher import defaults
 from launcher.errors import BadInput
 
 MAX_CONCURRENCY = 16384  # far above any one server's max_num_seqs; beyond it the client itself is the test
@@ -21,9 +22,9 @@ ARRIVALS = ("poisson", "constant", "gamma")
 @dataclass(frozen=True)
 class BenchConfig:
     url: str
-    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    input_len: int = 512
-    output_len: int = 256
+    concurrency: tuple[int, ...] = defaults.SWEEP_LEVELS
+    input_len: int = defaults.INPUT_LEN
+    output_len: int = defaults.OUTPUT_LEN
     num_prompts: int | None = None  # per level; default 4 x concurrency (rate mode: 4 x rate x 10 s), at least 8
     duration_s: float | None = None
     warmup: int = 2

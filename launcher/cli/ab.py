@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from launcher.cli.options import INTS, JSON_OPTION, NAMES, PYTHON_OPTION, default_out
+from launcher.cli.options import (
+    COMPARE_LEVELS_OPTION,
+    INPUT_LEN_OPTION,
+    JSON_OPTION,
+    NAMES,
+    OUTPUT_LEN_OPTION,
+    PYTHON_OPTION,
+    default_out,
+)
 
 
 @click.command()
@@ -24,10 +32,10 @@ from launcher.cli.options import INTS, JSON_OPTION, NAMES, PYTHON_OPTION, defaul
     metavar="NAME=PROFILE[,KEY=VALUE...]",
     help="More configurations (or instead of --a/--b); the first given is the baseline.",
 )
-@click.option("--concurrency", type=INTS, default="1,8,32", show_default=True, help="Levels, comma-separated.")
+@COMPARE_LEVELS_OPTION
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
-@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
-@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@INPUT_LEN_OPTION
+@OUTPUT_LEN_OPTION
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
 @click.option(
@@ -110,9 +118,9 @@ def ab(
 @click.option("--model", required=True, help="The model folder to tune for.")
 @click.option("--base", default="cpu", show_default=True, help="The profile to start from (name or path).")
 @click.option("--budget", "budget_min", default=30.0, show_default=True, type=click.FloatRange(min=1), help="Minutes.")
-@click.option("--concurrency", type=INTS, default="1,8,32", show_default=True, help="Levels, comma-separated.")
-@click.option("--input-len", default=256, show_default=True, type=click.IntRange(1))
-@click.option("--output-len", default=128, show_default=True, type=click.IntRange(2))
+@COMPARE_LEVELS_OPTION
+@INPUT_LEN_OPTION
+@OUTPUT_LEN_OPTION
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
 @click.option(

@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from launcher.cli.options import FLOATS, INTS, JSON_OPTION, PYTHON_OPTION, default_out
+from launcher.cli.options import (
+    FLOATS,
+    INPUT_LEN_OPTION,
+    INTS,
+    JSON_OPTION,
+    OUTPUT_LEN_OPTION,
+    PYTHON_OPTION,
+    default_out,
+)
+from launcher.defaults import SWEEP_LEVELS, levels_text
 from launcher.errors import ExitCode
 
 
@@ -21,8 +30,8 @@ from launcher.errors import ExitCode
     "--concurrency",
     type=INTS,
     default=None,
-    help="Levels, comma-separated [default: 1,2,4,8,16,32,64]. With --request-rate or --context-lens: one value, "
-    "the cap on requests in flight.",
+    help=f"Levels, comma-separated [default: {levels_text(SWEEP_LEVELS)}]. With --request-rate or --context-lens: "
+    "one value, the cap on requests in flight.",
 )
 @click.option(
     "--request-rate",
@@ -48,8 +57,8 @@ from launcher.errors import ExitCode
     "--shared-prefix", default=0, show_default=True, type=click.IntRange(0), help="Tokens every prompt shares."
 )
 @click.option("--context-lens", type=INTS, help="A context-length sweep: prompt lengths in tokens, comma-separated.")
-@click.option("--input-len", default=512, show_default=True, type=click.IntRange(1))
-@click.option("--output-len", default=256, show_default=True, type=click.IntRange(2))
+@INPUT_LEN_OPTION
+@OUTPUT_LEN_OPTION
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level [default: 4 x concurrency, >= 8].")
 @click.option("--duration", "duration_s", type=float, help="Seconds per level instead.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")

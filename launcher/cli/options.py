@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher import defaults
+
 if TYPE_CHECKING:  # click 8.5 types ParamType by what it returns; older clicks do not subscript it at run time
     _ListType = click.ParamType[tuple[Any, ...], Any]
 else:
@@ -49,6 +51,26 @@ class CommaList(_ListType):
 INTS = CommaList(int, positive=True)
 FLOATS = CommaList(float)
 NAMES = CommaList(str)
+
+
+# the workload bench, ab and tune send unless told otherwise (launcher/defaults.py holds the values)
+INPUT_LEN_OPTION = click.option(
+    "--input-len", default=defaults.INPUT_LEN, show_default=True, type=click.IntRange(1), help="Prompt tokens."
+)
+OUTPUT_LEN_OPTION = click.option(
+    "--output-len",
+    default=defaults.OUTPUT_LEN,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Tokens generated per request.",
+)
+COMPARE_LEVELS_OPTION = click.option(
+    "--concurrency",
+    type=INTS,
+    default=defaults.levels_text(defaults.COMPARE_LEVELS),
+    show_default=True,
+    help="Levels, comma-separated.",
+)
 
 
 def default_out(folder: str, stem: str) -> Path:
