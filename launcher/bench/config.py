@@ -51,6 +51,82 @@ class BenchConfig:
     # process per STREAMS_PER_PROCESS streams, at most one per 4 CPUs (the rest are the server's, when it is local)
     client_processes: int | None = None
 
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        url: str | None,
+        profile: str | None,
+        model: str | None,
+        concurrency: tuple[int, ...] | None,
+        request_rates: tuple[float, ...] | None,
+        arrival: str,
+        burstiness: float,
+        slo: str | None,
+        slo_share: float,
+        dataset: Path | None,
+        shared_prefix_len: int,
+        context_lens: tuple[int, ...] | None,
+        input_len: int,
+        output_len: int,
+        num_prompts: int | None,
+        duration_s: float | None,
+        warmup: int,
+        repeats: int,
+        label: str | None,
+        endpoint: str,
+        seed: int,
+        request_timeout_s: float,
+        client_processes: int | None,
+        api_key_file: Path | None,
+    ) -> BenchConfig:
+        """bench's options as one validated config, the rules between them applied once. With --profile the url
+        and the served model's name are not known yet: they are "" and None until the server is up (`replace`)."""
+        from checks.secrets import api_key
+
+        if bool(url) == bool(profile):
+            raise BadInput("give either --url (a running server) or --profile with --model (nemolaunch starts one)")
+        if profile and not model:
+            raise BadInput("--profile needs --model (the model folder to serve)")
+        if num_prompts and duration_s:
+            raise BadInput("give --num-prompts or --duration, not both")
+        try:
+            key = api_key(api_key_file)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"cannot read --api-key-file {api_key_file}: {e}") from None
+        # --concurrency is the levels of a sweep, or the one cap in flight of a rate or context-length sweep
+        if request_rates or context_lens:
+            levels = concurrency or ((1,) if context_lens else ())
+        else:
+            levels = concurrency or defaults.SWEEP_LEVELS
+        cfg = cls(
+            url=url.rstrip("/") if url else "",
+            model=model if url else None,
+            concurrency=levels,
+            request_rates=request_rates or (),
+            arrival=arrival,
+            burstiness=burstiness,
+            slo_ms=parse_slo(slo) if slo else (),
+            slo_share=slo_share,
+            dataset=dataset,
+            shared_prefix_len=shared_prefix_len,
+            context_lens=context_lens or (),
+            input_len=input_len,
+            output_len=output_len,
+            num_prompts=num_prompts,
+            duration_s=duration_s,
+            warmup=warmup,
+            repeats=repeats,
+            label=label or (Path(profile).stem if profile else "run"),
+            endpoint=endpoint,
+            seed=seed,
+            request_timeout_s=request_timeout_s,
+            api_key=key,
+            client_processes=client_processes,
+        )
+        validate(cfg)
+        return cfg
+
     def prompts_for(self, concurrency: int | None, rate: float | None = None) -> int:
         if self.num_prompts:
             return self.num_prompts

@@ -9,7 +9,7 @@ import json
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +331,7 @@ def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) ->
     """The sweep; on Ctrl-C or SIGTERM the summary says where it stopped and every finished request is in
     requests.jsonl. report.md and the plots are written for whatever levels were measured."""
     validate(cfg)
-    if (out / "summary.json").exists():
-        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
+    _refuse_used(out)
     try:
         outcome = procs.run_async(sweep(cfg, out, served, say))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -350,6 +349,11 @@ def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) ->
         except OSError as e:
             raise results.ResultsUnwritable(out / "report.md", e) from None
     return outcome
+
+
+def _refuse_used(out: Path) -> None:
+    if (out / "summary.json").exists():
+        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
 
 
 def measure_level(cfg: BenchConfig, spec: LevelSpec | int) -> LevelResult:
@@ -378,7 +382,7 @@ def run_served(
     model: str,
     python: Path | None,
     port: int,
-    cfg_args: dict[str, Any],
+    cfg: BenchConfig,
     out: Path,
     say: Say,
 ) -> SweepOutcome:
@@ -386,7 +390,8 @@ def run_served(
     OUT/server.log and the profile and argv into the provenance."""
     from launcher.serve import run as serve
 
-    validate(BenchConfig(url="http://127.0.0.1", **cfg_args))  # refuse bad values before a server starts
+    validate(cfg)  # refuse bad values and a used folder before a server starts
+    _refuse_used(out)
     plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
     for warning in serve.warnings(plan):
         say(f"warning: {warning}")
@@ -397,7 +402,7 @@ def run_served(
         raise results.ResultsUnwritable(out, e) from None
     with serve.launched(plan, model, out / "server.log", say, echo_log=None) as running:
         served["startup_s"] = round(running.startup_s, 1)
-        outcome = run(BenchConfig(url=plan.url, model=running.models[0], **cfg_args), out, served, say)
+        outcome = run(replace(cfg, url=plan.url, model=running.models[0]), out, served, say)
     _add_roofline(outcome, Path(model), out)
     return outcome
 

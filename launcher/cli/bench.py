@@ -121,33 +121,22 @@ def bench(
     as it finishes), per level vllm-LEVEL.json (the keys of vllm bench serve --save-result), report.md and
     plots. Ctrl-C or SIGTERM keeps everything measured so far. Exit 1 if requests failed.
     """
-    from checks.secrets import api_key
     from launcher import bench as stage
-    from launcher.errors import BadInput
     from launcher.output import json_document, table
 
-    if bool(url) == bool(profile_ref):
-        raise BadInput("give either --url (a running server) or --profile with --model (nemolaunch starts one)")
-    if profile_ref and not model:
-        raise BadInput("--profile needs --model (the model folder to serve)")
-    if num_prompts and duration_s:
-        raise BadInput("give --num-prompts or --duration, not both")
-    try:
-        key = api_key(api_key_file)
-    except (OSError, ValueError) as e:
-        raise BadInput(f"cannot read --api-key-file {api_key_file}: {e}") from None
-    label = label or (Path(profile_ref).stem if profile_ref else "run")
-    levels = concurrency or (() if request_rate or context_lens else (1, 2, 4, 8, 16, 32, 64))
-    cfg_args = dict(
-        concurrency=levels,
-        request_rates=request_rate or (),
+    cfg = stage.BenchConfig.from_options(
+        url=url,
+        profile=profile_ref,
+        model=model,
+        concurrency=concurrency,
+        request_rates=request_rate,
         arrival=arrival,
         burstiness=burstiness,
-        slo_ms=stage.parse_slo(slo) if slo else (),
+        slo=slo,
         slo_share=slo_share,
         dataset=dataset,
         shared_prefix_len=shared_prefix,
-        context_lens=context_lens or (),
+        context_lens=context_lens,
         input_len=input_len,
         output_len=output_len,
         num_prompts=num_prompts,
@@ -158,22 +147,15 @@ def bench(
         endpoint=endpoint,
         seed=seed,
         request_timeout_s=request_timeout,
-        api_key=key,
         client_processes=client_processes,
+        api_key_file=api_key_file,
     )
-    if context_lens and not levels:
-        cfg_args["concurrency"] = (1,)
-    stage.validate(stage.BenchConfig(url=url or "", **cfg_args))  # type: ignore[arg-type]
-    out = out or default_out("bench-results", label)
-    if (out / "summary.json").exists():
-        raise BadInput(f"{out} already holds a bench run", "give a new --out folder (runs are never overwritten)")
+    out = out or default_out("bench-results", cfg.label)
     say = lambda message: click.echo(message, err=True)  # noqa: E731
-    if url:
-        cfg = stage.BenchConfig(url=url.rstrip("/"), model=model, **cfg_args)  # type: ignore[arg-type]
-        outcome = stage.run(cfg, out, None, say)
+    if profile_ref and model:
+        outcome = stage.run_served(profile_ref, model, python, port, cfg, out, say)
     else:
-        assert profile_ref and model
-        outcome = stage.run_served(profile_ref, model, python, port, cfg_args, out, say)
+        outcome = stage.run(cfg, out, None, say)
     levels_done = outcome.summary.get("levels", [])
     if as_json:
         click.echo(json_document("bench", {k: v for k, v in outcome.summary.items() if k != "schema"}))
