@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from launcher.cli.options import JSON_OPTION, NAMES, PYTHON_OPTION
-from launcher.errors import ExitCode
 
 if TYPE_CHECKING:
+    from launcher.probe.recheck import Recheck
     from launcher.probe.run import KernelResult, ProbeReport
 
 MAX_M_COLUMNS = 6
@@ -69,11 +69,11 @@ def probe(
     Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
     reference. Without an NVIDIA GPU it lists the chains and exits 3.
     """
-    from launcher.errors import NotReady
     from launcher.output import json_document
+    from launcher.probe import recheck
     from launcher.probe import run as stage
     from launcher.profiles.profile import load_profile
-    from launcher.profiles.write import recheck, rechecked_chains
+    from launcher.profiles.write import rechecked_chains
 
     chains = list(only) if only else None
     steered = load_profile(recheck_ref) if recheck_ref else None
@@ -86,37 +86,23 @@ def probe(
         model,
         timeout_s,
         chains,
-        lambda m: click.echo(f"probing {m}", err=True),
-        quantization,
-        every,
-        stage.BUILD_WAIT_S if build_wait_s is None else build_wait_s,
+        progress=lambda m: click.echo(f"probing {m}", err=True),
+        quantization=quantization,
+        every=every,
+        build_wait_s=stage.BUILD_WAIT_S if build_wait_s is None else build_wait_s,
     )
-    doc = report.to_json()
-    checked = recheck(steered, doc) if steered and report.gpu else []
+    checked = recheck.recheck(steered, report) if steered else None
     if as_json:
-        if steered:
-            doc["recheck"] = [
-                {"chain": c, "profile_gets": got, "probe_recommends": pick, "still_best": ok}
-                for c, got, pick, ok in checked
-            ]
+        doc = report.to_json()
+        if checked:
+            doc["recheck"] = [row.to_json() for row in checked.rows]
         click.echo(json_document("probe", doc))
     else:
-        click.echo(render(report, checked, steered.name if steered else None))
-    if report.gpu is None:
-        raise NotReady(
-            "probes need an NVIDIA GPU (the chains above were read, nothing was run)",
-            "run nemolaunch probe on the GPU host",
-        )
-    if report.interrupted:
-        return ExitCode.INTERRUPTED
-    if steered and not all(ok for *_, ok in checked):
-        click.echo(
-            f"nemolaunch: profile {steered.name} no longer picks the fastest kernel everywhere; "
-            "fix: nemolaunch profile write from this probe's --json",
-            err=True,
-        )
-        return ExitCode.PROBLEM
-    return ExitCode.OK
+        click.echo(render(report, checked))
+    code, message = recheck.exit_code(report, checked)
+    if message:
+        click.echo(f"nemolaunch: {message}", err=True)
+    return code
 
 
 def weight_shapes(members: list[KernelResult]) -> dict[tuple[int, int], list[int]]:
@@ -157,7 +143,7 @@ def _timings(chain: str, members: list[KernelResult]) -> list[str]:
     return out
 
 
-def render(report: ProbeReport, recheck: list[tuple[str, str, str | None, bool]] | None, profile: str | None) -> str:
+def render(report: ProbeReport, checked: Recheck | None) -> str:
     from launcher.output import table
     from launcher.profiles.write import MARGIN
 
@@ -187,9 +173,13 @@ def render(report: ProbeReport, recheck: list[tuple[str, str, str | None, bool]]
     if report.selection.left_out:
         lines.append("\nleft out (--all probes every chain):")
         lines += [f"  {chain}: {why}" for chain, why in report.selection.left_out.items()]
-    if profile and recheck:
-        lines.append(f"\nrecheck of profile {profile} (within {MARGIN - 1:.0%} of the fastest counts as still best)")
-        verdicts = [(c, got, pick or "-", "yes" if ok else "NO") for c, got, pick, ok in recheck]
+    if checked and checked.rows:
+        lines.append(
+            f"\nrecheck of profile {checked.profile} (within {MARGIN - 1:.0%} of the fastest counts as still best)"
+        )
+        verdicts = [
+            (r.chain, r.profile_gets, r.probe_recommends or "-", "yes" if r.still_best else "NO") for r in checked.rows
+        ]
         lines.append(table(["chain", "profile gets", "probe recommends", "still best"], verdicts))
     lines.append(f"\n{report.seconds:.0f} s")
     return "\n".join(lines)

@@ -259,7 +259,7 @@ def captured_report() -> ProbeReport:
 
 
 def test_the_table_shows_every_weight_shape_measured() -> None:
-    text = render(captured_report(), None, None)
+    text = render(captured_report(), None)
     fp8 = text[text.index("\nfp8_dense (") : text.index("\nnvfp4_dense (")]
     titles = [line for line in fp8.splitlines() if line.startswith("  N=")]
     assert [t.split(" (")[0] for t in titles] == ["  N=4096 K=4096", "  N=14336 K=4096", "  N=4096 K=14336"]
@@ -275,7 +275,7 @@ def test_a_table_with_more_token_counts_says_how_many_it_left_out() -> None:
     report = captured_report()
     cutlass = next(k for k in report.kernels if k.kernel == "CutlassFP8ScaledMMLinearKernel")
     cutlass.shapes += [{**cutlass.shapes[0], "m": m} for m in (3, 5, 7)]
-    text = render(report, None, None)
+    text = render(report, None)
     assert "  N=4096 K=4096 (weights N x K), us and x the fastest; 2 more token counts measured (in --json)" in text
     assert "  N=14336 K=4096 (weights N x K), us and x the fastest\n" in text
 
