@@ -17,7 +17,10 @@ TPOT-based percentage gives.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from launcher.errors import ExitCode
 
 # Bytes per weight parameter, scales included: NVFP4 is 4 bits plus one FP8 scale per 16 values (0.5 + 1/16);
 # MXFP4 one E8M0 scale per 32 (0.5 + 1/32); INT4 with a 16-bit scale per group of 128.
@@ -374,3 +377,20 @@ def annotate(
         ceiling_tok_s(one.total, 1, bandwidth.bytes_per_s),
         levels,
     )
+
+
+def annotate_files(summary: Path, model: Path) -> Roofline:
+    """`nemolaunch roofline SUMMARY --model DIR`: a bench summary.json against a model folder (or its config.json).
+    A shape folder records the flags it is served with (--quantization fp8 sets the weights' bytes)."""
+    from launcher.documents import read_json
+    from launcher.model.shapes import MARKER, launch_args
+
+    doc = read_json(summary, "give a bench summary.json")
+    config = read_json(model / "config.json" if model.is_dir() else model, "give the model's config.json")
+    served_args = launch_args(str(model), [])[0] if (model / MARKER).is_file() else []
+    return annotate(doc, config, served_args=served_args)
+
+
+def exit_code(roofline: Roofline) -> ExitCode:
+    """A roofline that does not apply (no GPU, no bandwidth known, an unknown architecture) is not ready."""
+    return ExitCode.OK if roofline.applies else ExitCode.NOT_READY

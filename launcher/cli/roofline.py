@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from launcher.cli.options import JSON_OPTION
-from launcher.errors import ExitCode
 
 if TYPE_CHECKING:
     from launcher.bench.roofline import Roofline
@@ -34,29 +32,9 @@ def roofline(summary: Path, model_dir: Path, as_json: bool) -> int:
     from launcher.bench import roofline as stage
     from launcher.output import json_document
 
-    doc, config = (
-        _read_json(summary, "a bench summary.json"),
-        _read_json(model_dir / "config.json" if model_dir.is_dir() else model_dir, "the model's config.json"),
-    )
-    from launcher.model.shapes import MARKER, launch_args
-
-    # a shape folder records the flags it is served with (--quantization fp8 sets the weights' bytes)
-    served_args = launch_args(str(model_dir), [])[0] if (model_dir / MARKER).is_file() else []
-    result = stage.annotate(doc, config, served_args=served_args)
+    result = stage.annotate_files(summary, model_dir)
     click.echo(json_document("roofline", result.to_json()) if as_json else render(result))
-    return ExitCode.OK if result.applies else ExitCode.NOT_READY
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    from launcher.errors import BadInput
-
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(f"cannot read {path}: {e}", f"give {what}") from None
-    if not isinstance(doc, dict):
-        raise BadInput(f"{path} is not a JSON object", f"give {what}")
-    return doc
+    return stage.exit_code(result)
 
 
 def _pct(value: float | None) -> str | None:

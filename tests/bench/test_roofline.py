@@ -157,7 +157,10 @@ def test_roofline_cli_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureF
     assert doc["schema"] == "nemolaunch.roofline/1" and [lv["concurrency"] for lv in doc["levels"]] == [1, 4, 16, 64]
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["roofline", str(tmp_path / "bad.json"), "--model", str(tmp_path)]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"nemolaunch: {tmp_path / 'bad.json'}: not JSON (Expecting property name enclosed in double quotes at line 1 "
+        "column 2); give a bench summary.json\n"
+    )
 
 
 def test_bench_prints_one_roofline_line_from_the_summary() -> None:
