@@ -59,7 +59,7 @@ else
   ab_limit_s=${GPU_AB_LIMIT_S:-570}
   tune_budget_min=${GPU_AB_TUNE_BUDGET_MIN:-6}  # base ~120 s, torch ~120 s, 6 screening + 12 final passes of ~3 s
   tune_limit_s=${GPU_AB_LIMIT_S:-375}
-  tune_args=(--knobs probe --from tests/fixtures/gpu-h200-2026-12-01/probe-dense-fresh.json)
+  tune_args=(--knobs probe --from docs/measurements/runs/2026-12-01/gpu-h200-2026-12-01/probe-dense-fresh.json)
 fi
 [ -f "${GPU_AB_FLOOR:-}" ] && tune_args+=(--noise-floor "$GPU_AB_FLOOR")
 
