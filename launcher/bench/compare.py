@@ -3,10 +3,10 @@ a noise verdict when runs have repeats, report.md and two PNG plots."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from launcher import noise
 from launcher.documents import read_json, validate_bench
 from launcher.errors import BadInput
 from launcher.output import atomic_write_text, table
@@ -48,14 +48,24 @@ def check_comparable(runs: list[dict[str, Any]], force: bool) -> list[str]:
     return differences
 
 
-def noise_verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """With repeats on both sides: a difference within twice the combined run-to-run spread is noise."""
+def noise_verdict(a: dict[str, Any], b: dict[str, Any], repeats: tuple[int, int]) -> str:
+    """With repeats on both sides (how many each): the ratio's interval against the threshold, by the rule ab uses
+    (launcher.noise)."""
     sa, sb = a.get("output_throughput_stdev"), b.get("output_throughput_stdev")
     if sa is None or sb is None:
         return "single runs: noise unknown"
-    spread = 2 * math.sqrt(sa**2 + sb**2)
-    diff = abs(a["output_throughput_tok_s"] - b["output_throughput_tok_s"])
-    return "within noise" if diff <= spread else "beyond noise"
+    ma, mb = a["output_throughput_tok_s"], b["output_throughput_tok_s"]
+    got = noise.unpaired_interval((ma, sa, repeats[0]), (mb, sb, repeats[1]))
+    if got is None:
+        return "single runs: noise unknown"
+    where = noise.position(*got, noise.THRESHOLD)
+    if where in ("above", "below"):
+        return "beyond noise"
+    return "within noise" if where == "within" else "inconclusive"
+
+
+def _repeats(run: dict[str, Any], level: dict[str, Any]) -> int:
+    return int(level.get("repeats") or run["workload"].get("repeats") or 1)
 
 
 def comparison_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[object]]]:
@@ -76,7 +86,10 @@ def comparison_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[ob
                     if first["output_throughput_tok_s"]
                     else None
                 )
-                row += [f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)" if ratio else None, noise_verdict(first, lv)]
+                row += [
+                    f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)" if ratio else None,
+                    noise_verdict(first, lv, (_repeats(runs[0], first), _repeats(runs[i], lv))),
+                ]
         rows.append(row)
     return headers, rows
 

@@ -211,7 +211,8 @@ def test_compare_ratios_and_noise(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     row1 = next(line for line in out.splitlines() if line.startswith("1 "))
     assert "0.856 (-14.4%)" in row1 and "beyond noise" in row1
-    assert "within noise" in next(line for line in out.splitlines() if line.startswith("32 "))
+    # -9.6% with a 40 tok/s spread over 3 repeats each: the interval reaches from -19% to +1%, undecided
+    assert "inconclusive" in next(line for line in out.splitlines() if line.startswith("32 "))
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "0.856 (-14.4%)" in report and (tmp_path / "rep" / "throughput.png").is_file()
 
