@@ -125,15 +125,18 @@ echo "gpu_ab $what: exit $rc (130: stopped by the wall-clock guard, completed ro
 echo "gpu_ab $what: wall-clock $(( $(date +%s) - start )) s; results in $out"
 if [ "$what" = ab ] && [ -f "$out/ab.json" ]; then
   "$launcher" - "$out/ab.json" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
+import sys
+from pathlib import Path
+from launcher.ab.document import read_ab
+from launcher.ab.report import sentence
+doc = read_ab(Path(sys.argv[1]))
 print(f"rounds {len(doc['rounds'])}/{doc['workload']['rounds_asked']} ({doc['status']}), mode {doc['mode']}, "
       f"noise floor {doc['noise_floor']['source']}")
 for s in doc["sides"]:
     print(f"  {s['name']}: {s['status']} starts {s['startups_s']} s" + (f": {s['diagnosis']}" if s["diagnosis"] else ""))
 for name, per_level in doc["verdicts"].items():
     for c, m in per_level.items():
-        print(f"  {name} vs {doc['baseline']} c={c}: {m['output_tok_s']['text']}")
+        print(f"  {name} vs {doc['baseline']} c={c}: {sentence(m['output_tok_s'], name)}")
 PY
 fi
 cat "$out/verdicts.txt" 2>/dev/null

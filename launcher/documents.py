@@ -80,7 +80,7 @@ class BenchSummary(TypedDict):
     levels: list[BenchLevel]
 
 
-class _Reader:
+class Reader:
     """Walks a parsed document; the first field that does not fit becomes one line naming file and field."""
 
     def __init__(self, path: Path, fix: str) -> None:
@@ -138,7 +138,7 @@ def read_json(path: Path, fix: str) -> dict[str, Any]:
 
 
 def validate_probe(doc: dict[str, Any], path: Path) -> ProbeDocument:
-    r = _Reader(path, "give the --json output of nemolaunch probe, unedited")
+    r = Reader(path, "give the --json output of nemolaunch probe, unedited")
     if r.get(doc, "gpu", "") is not None:
         r.table(doc["gpu"], "gpu")
     r.text(r.get(doc, "vllm_version", ""), "vllm_version", optional=True)
@@ -163,7 +163,7 @@ def validate_probe(doc: dict[str, Any], path: Path) -> ProbeDocument:
 
 
 def validate_doctor(doc: dict[str, Any], path: Path) -> DoctorDocument:
-    r = _Reader(path, "give the --json output of nemolaunch doctor, unedited")
+    r = Reader(path, "give the --json output of nemolaunch doctor, unedited")
     facts = r.table(r.get(doc, "facts", ""), "facts")
     nvml = r.table(facts.get("nvml") or {}, "facts.nvml")
     for i, gpu in enumerate(r.array(nvml.get("gpus") or [], "facts.nvml.gpus")):
@@ -175,7 +175,7 @@ def validate_doctor(doc: dict[str, Any], path: Path) -> DoctorDocument:
 
 
 def validate_bench(doc: dict[str, Any], path: Path) -> BenchSummary:
-    r = _Reader(path, "give a folder written by nemolaunch bench (its summary.json unedited)")
+    r = Reader(path, "give a folder written by nemolaunch bench (its summary.json unedited)")
     r.text(r.get(doc, "label", ""), "label")
     r.text(r.get(doc, "status", ""), "status")
     workload = r.table(r.get(doc, "workload", ""), "workload")

@@ -1,20 +1,19 @@
-"""The one reader of a bench pass for `ab` and `tune`: a bench result folder's summary.json, as the few typed
-numbers a verdict needs. If bench's schema changes, this is the one place that follows it."""
+"""One bench pass as ab and tune see it: the few typed numbers per level that a verdict needs, taken from the
+summary bench just returned (validated by launcher.documents.validate_bench, the one shape of summary.json)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import NemolaunchError
+from launcher.documents import validate_bench
 
-METRICS = ("output_tok_s", "tpot_ms", "ttft_ms")
+METRICS = ("output_tok_s", "tpot_ms", "ttft_ms")  # the metrics ab judges, in report order
 
 
 @dataclass(frozen=True)
-class LevelResult:
+class PassLevel:
     concurrency: int
     completed: int
     failed: int
@@ -30,32 +29,22 @@ class LevelResult:
 class PassResult:
     folder: Path
     status: str  # complete, interrupted, server-died, running
-    levels: dict[int, LevelResult]
+    levels: dict[int, PassLevel]
 
 
-def _level(raw: dict[str, Any], where: Path) -> LevelResult:
-    try:
-        return LevelResult(
-            concurrency=int(raw["concurrency"]),
-            completed=int(raw["completed"]),
-            failed=int(raw["failed"]),
+def pass_result(summary: dict[str, Any], folder: Path) -> PassResult:
+    doc = validate_bench(summary, folder / "summary.json")
+    levels: dict[int, PassLevel] = {}
+    for raw in doc["levels"]:
+        extra: dict[str, Any] = dict(raw)
+        levels[raw["concurrency"]] = PassLevel(
+            concurrency=raw["concurrency"],
+            completed=int(extra.get("completed") or 0),
+            failed=int(extra.get("failed") or 0),
             values={
                 "output_tok_s": raw["output_throughput_tok_s"],
                 "tpot_ms": raw["tpot_ms"]["mean"],
                 "ttft_ms": raw["ttft_ms"]["mean"],
             },
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise NemolaunchError(f"{where}: a level lacks {e} (not a nemolaunch.bench/1 summary)") from None
-
-
-def read_pass(folder: Path) -> PassResult:
-    path = folder / "summary.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise NemolaunchError(f"cannot read the pass result {path}: {e}") from None
-    if doc.get("schema") != "nemolaunch.bench/1":
-        raise NemolaunchError(f"{path} has schema {doc.get('schema')!r}, not nemolaunch.bench/1")
-    levels = {lv.concurrency: lv for lv in (_level(raw, path) for raw in doc.get("levels", []))}
-    return PassResult(folder, str(doc.get("status", "")), levels)
+    return PassResult(folder, doc["status"], levels)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from scipy import stats
+
+from launcher import noise
+from launcher.ab.document import VerdictDoc
 
 CONFIDENCE = 0.95
 MIN_MARGIN = 0.01  # a difference under 1% is not worth a profile change, whatever the noise
@@ -30,7 +32,6 @@ MAX_EQUIVALENCE_MARGIN = 0.10
 METHOD = "95% Student t interval on the mean per-round log-ratio B/A (scipy.stats.ttest_1samp), paired ABBA rounds"
 MAX_EXTRA_ROUNDS = 100
 
-Kind = Literal["better", "worse", "equivalent", "inconclusive", "insufficient"]
 # output tok/s: higher is better; TPOT and TTFT: lower is better
 HIGHER_IS_BETTER = {"output_tok_s": True, "tpot_ms": False, "ttft_ms": False}
 
@@ -93,60 +94,37 @@ def rounds_to_decide(iv: Interval, margin: float, confidence: float = CONFIDENCE
     return None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    metric: str
-    kind: Kind
-    text: str
-    interval: Interval | None
-    margin: float
-    more_rounds: int | None = None
-
-
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%"
-
-
-def floor_text(iv: Interval, margin: float) -> str:
-    """The line of the A/A side whose interval is the noise floor: judged against itself it would always read
-    "inconclusive: about N more rounds would decide", which no number of rounds would."""
-    return (
-        f"the A/A that sets this run's noise floor: mean {_pct(iv.mean)} [{_pct(iv.lo)}, {_pct(iv.hi)}]; "
-        f"differences inside +-{margin * 100:.1f}% are noise here"
-    )
-
-
-def verdict(metric: str, ratios: list[float], margin: float, b: str = "B", a: str = "A") -> Verdict:
-    """The verdict on B against A for one metric at one level, from its paired per-round ratios B/A."""
+def verdict(metric: str, ratios: list[float], margin: float) -> VerdictDoc:
+    """The verdict on B against A for one metric at one level, from its paired per-round ratios B/A (data: the
+    sentence is rendered from it by launcher.ab.report)."""
     iv = interval(ratios)
-    m = f"{margin * 100:.1f}%"
+    doc: VerdictDoc = {
+        "metric": metric,
+        "kind": "insufficient",
+        "n": iv.n if iv else len(ratios),
+        "mean": round(iv.mean, 5) if iv else None,
+        "lo": round(iv.lo, 5) if iv else None,
+        "hi": round(iv.hi, 5) if iv else None,
+        "margin": round(margin, 5),
+        "more_rounds": None,
+        "ratios": [round(r, 5) for r in ratios],
+    }
     if iv is None:
-        return Verdict(metric, "insufficient", f"{len(ratios)} valid round(s): at least 2 are needed", None, margin)
-    higher = HIGHER_IS_BETTER[metric]
-    span = f"[{_pct(iv.lo)}, {_pct(iv.hi)}]"
-    up, down = ("faster", "slower") if metric == "output_tok_s" else ("higher", "lower")
-    if iv.lo > 1 + margin or iv.hi < 1 / (1 + margin):
-        going_up = iv.lo > 1 + margin
-        kind: Kind = "better" if going_up == higher else "worse"
-        size = abs(iv.mean - 1) * 100
-        word = up if going_up else down
-        return Verdict(metric, kind, f"{b} {word} by {size:.1f}% {span}, outside the noise (+-{m})", iv, margin)
-    if iv.lo >= 1 / (1 + margin) and iv.hi <= 1 + margin:
-        if margin > MAX_EQUIVALENCE_MARGIN:
-            return Verdict(
-                metric,
-                "inconclusive",
-                f"too noisy to call equivalent: the noise floor is +-{m} (mean {_pct(iv.mean)} {span}); "
-                "more rounds or longer passes would narrow it",
-                iv,
-                margin,
-            )
-        return Verdict(metric, "equivalent", f"equivalent within +-{m} (mean {_pct(iv.mean)} {span})", iv, margin)
-    need = rounds_to_decide(iv, margin)
-    more = None if need is None else max(1, need - iv.n)
-    tail = (
-        f"about {more} more round(s) would decide"
-        if more is not None
-        else f"more than {MAX_EXTRA_ROUNDS} more rounds would be needed"
-    )
-    return Verdict(metric, "inconclusive", f"inconclusive (mean {_pct(iv.mean)} {span}): {tail}", iv, margin, more)
+        return doc
+    where = noise.position(iv.lo, iv.hi, margin)
+    if where in ("above", "below"):
+        doc["kind"] = "better" if (where == "above") == HIGHER_IS_BETTER[metric] else "worse"
+    elif where == "within" and margin <= MAX_EQUIVALENCE_MARGIN:
+        doc["kind"] = "equivalent"
+    else:
+        doc["kind"] = "inconclusive"
+        if where == "straddles":
+            need = rounds_to_decide(iv, margin)
+            doc["more_rounds"] = None if need is None else max(1, need - iv.n)
+    return doc
+
+
+def noise_side(v: VerdictDoc) -> VerdictDoc:
+    """The A/A side whose interval is the noise floor: judged against itself it would always read "inconclusive:
+    about N more rounds would decide", which no number of rounds would."""
+    return {**v, "kind": "noise", "more_rounds": None} if v["mean"] is not None else v

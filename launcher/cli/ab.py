@@ -4,10 +4,11 @@ results read on a terminal."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
+from launcher.ab.config import ROUNDS, WARMUP_PASSES, WORKLOAD
 from launcher.cli.options import (
     COMPARE_LEVELS_OPTION,
     INPUT_LEN_OPTION,
@@ -17,6 +18,9 @@ from launcher.cli.options import (
     PYTHON_OPTION,
     default_out,
 )
+
+if TYPE_CHECKING:
+    from launcher.ab.document import AbDocument, TuneDocument
 
 
 @click.command()
@@ -33,13 +37,23 @@ from launcher.cli.options import (
     help="More configurations (or instead of --a/--b); the first given is the baseline.",
 )
 @COMPARE_LEVELS_OPTION
-@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
+@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
 @INPUT_LEN_OPTION
 @OUTPUT_LEN_OPTION
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
-@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0), help="Unmeasured requests per level.")
 @click.option(
-    "--warmup-passes", default=1, show_default=True, type=click.IntRange(0), help="Unmeasured passes per server start."
+    "--warmup",
+    default=WORKLOAD.warmup_requests,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Unmeasured requests per level.",
+)
+@click.option(
+    "--warmup-passes",
+    default=WARMUP_PASSES,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Unmeasured passes per server start.",
 )
 @click.option(
     "--mode",
@@ -78,24 +92,23 @@ def ab(
 ) -> int:
     """Is B faster than A here? Interleaved ABBA rounds of bench passes, a verdict per level against the noise.
 
-    Writes OUT/ab.json (schema nemolaunch.ab/1), report.md, ratios.png and every pass as a bench folder under
+    Writes OUT/ab.json (schema nemolaunch.ab/2), report.md, ratios.png and every pass as a bench folder under
     OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command with the same --out continues
     (a larger --rounds extends a complete run). Exit 1 when a configuration cannot serve.
     """
     from launcher.ab import run as stage
+    from launcher.ab.config import AbConfig, Workload
+    from launcher.ab.floor import load_noise_floor
+    from launcher.ab.sides import sides_from_options
     from launcher.output import json_document
 
-    sides = stage.sides_from_options(a_ref, b_ref, set_a, set_b, configs)
-    floor, source = stage.load_noise_floor(noise_floor) if noise_floor else (None, None)
-    cfg = stage.AbConfig(
+    sides = sides_from_options(a_ref, b_ref, set_a, set_b, configs)
+    floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
+    cfg = AbConfig(
         model=model,
         sides=sides,
-        concurrency=concurrency,
+        workload=Workload(concurrency, input_len, output_len, num_prompts, warmup_requests=warmup),
         rounds=rounds,
-        input_len=input_len,
-        output_len=output_len,
-        num_prompts=num_prompts,
-        warmup_requests=warmup,
         warmup_passes=warmup_passes,
         mode=mode,  # type: ignore[arg-type]
         calibrate=calibrate,
@@ -122,7 +135,7 @@ def ab(
 @INPUT_LEN_OPTION
 @OUTPUT_LEN_OPTION
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
-@click.option("--rounds", default=3, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
+@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
 @click.option(
     "--knobs",
     type=NAMES,
@@ -167,7 +180,9 @@ def tune(
     OUT/tune.json and every trial's ab folder. Rerun the same command with the same --out to resume.
     """
     from launcher.ab import tune as stage
-    from launcher.ab.run import load_noise_floor
+    from launcher.ab.candidates import KNOBS
+    from launcher.ab.config import Workload
+    from launcher.ab.floor import load_noise_floor
     from launcher.output import json_document
 
     floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
@@ -175,12 +190,9 @@ def tune(
         model=model,
         base=base,
         budget_min=budget_min,
-        concurrency=concurrency,
-        input_len=input_len,
-        output_len=output_len,
-        num_prompts=num_prompts,
+        workload=Workload(concurrency, input_len, output_len, num_prompts),
         rounds=rounds,
-        knobs=knobs or stage.KNOBS,
+        knobs=knobs or tuple(KNOBS),
         probe=probe_json,
         python=python,
         name=name,
@@ -197,8 +209,8 @@ def tune(
     return outcome.code
 
 
-def ab_text(doc: dict[str, Any]) -> str:
-    from launcher.ab.run import VERDICT_HEADERS, verdict_rows
+def ab_text(doc: AbDocument) -> str:
+    from launcher.ab.report import VERDICT_HEADERS, agreement_text, verdict_rows
     from launcher.output import table
 
     lines = [table(VERDICT_HEADERS, verdict_rows(doc))]
@@ -207,17 +219,20 @@ def ab_text(doc: dict[str, Any]) -> str:
             lines.append(f"{s['name']}: {s['status']}: {s['diagnosis']}")
     answers = doc["answers"]
     if answers["applies"]:
-        lines += [f"{name} vs {doc['baseline']}: {a['text']}" for name, a in answers["sides"].items()]
+        lines += [f"{name} vs {doc['baseline']}: {agreement_text(a)}" for name, a in answers["sides"].items()]
     else:
         lines.append(f"same answers not compared: {answers['note']}")
     lines.append(f"mode {doc['mode']}; noise floor {doc['noise_floor']['source']}; method: {doc['method']}")
     return "\n".join(lines)
 
 
-def tune_text(doc: dict[str, Any]) -> str:
+def tune_text(doc: TuneDocument) -> str:
+    from launcher.ab.report import trial_result
     from launcher.output import table
 
-    rows = [[t["name"], t["stage"], t["status"], t.get("headline") or "-"] for t in doc["trials"]]
+    rows = [[t["name"], t["stage"], t["status"], trial_result(t)] for t in doc["trials"]]
+    if doc["final"]:
+        rows.append(["final", "final", "done", doc["final"]["folder"]])
     lines = [table(["candidate", "stage", "status", "result"], rows)]
     lines += [f"not tested: {n}" for n in doc["not_tested"]]
     lines += doc["load_notes"]

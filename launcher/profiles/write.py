@@ -79,7 +79,8 @@ def effective_choice(chain: list[dict[str, Any]], disabled: list[str]) -> str | 
     return None
 
 
-def _members(probe: dict[str, Any], chain: str) -> list[dict[str, Any]]:
+def chain_members(probe: dict[str, Any], chain: str) -> list[dict[str, Any]]:
+    """The kernels of one chain that vLLM lists, in vLLM's order."""
     return sorted(
         (k for k in probe["kernels"] if k["chain"] == chain and k["position"] is not None), key=lambda k: k["position"]
     )
@@ -109,7 +110,7 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
     reasons = []
     for chain in LINEAR_CHAINS:
         pick = probe["recommended"].get(chain)
-        members = _members(probe, chain)
+        members = chain_members(probe, chain)
         default = effective_choice(members, [])
         if not pick or pick == default:
             continue
@@ -137,7 +138,7 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
         why["disabled_kernels"] = "; ".join(reasons) + f" ({_where(probe)})"
     for chain in (*MOE_CHAINS, "attention"):
         pick = probe["recommended"].get(chain)
-        usable = [k["kernel"] for k in _members(probe, chain) if k["status"] == "ok"]
+        usable = [k["kernel"] for k in chain_members(probe, chain) if k["status"] == "ok"]
         if not pick or len(usable) < 2:  # one measured candidate is no comparison
             if pick:
                 notes.append(f"{chain}: only {pick} could be measured among vLLM's candidates: nothing to choose")
@@ -234,7 +235,7 @@ def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, s
     rows = []
     disabled = list(profile.settings.get("disabled_kernels", []))
     for chain in LINEAR_CHAINS:
-        got = effective_choice(_members(probe, chain), disabled)
+        got = effective_choice(chain_members(probe, chain), disabled)
         pick = probe["recommended"].get(chain)
         if got and pick:
             ours, theirs = speed(probe, chain, pick), speed(probe, chain, got)

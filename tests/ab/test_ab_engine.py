@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
+from launcher.ab.report import agreement_text, sentence
 from launcher.cli.main import main
 
 pytestmark = pytest.mark.engine
@@ -95,8 +96,8 @@ def test_max_num_seqs_1_at_concurrency_8_is_slower_outside_the_noise(interrupted
     doc = interrupted.doc
     assert doc["mode"] == "co-resident"
     verdict = doc["verdicts"]["fast"]["8"]["output_tok_s"]
-    assert verdict["kind"] == "better", verdict["text"]
-    assert verdict["text"].startswith("fast faster by")
+    assert verdict["kind"] == "better", sentence(verdict, "fast")
+    assert sentence(verdict, "fast").startswith("fast faster by")
     floor = doc["noise_floor"]["levels"]["8"]["output_tok_s"]
     assert doc["noise_floor"]["source"].startswith("calibrated") and floor is not None
     assert verdict["lo"] > 1 + max(floor, 0.01)  # the whole interval clears the A/A floor
@@ -107,7 +108,7 @@ def test_an_aa_never_says_faster(interrupted: Run) -> None:
     doc = interrupted.doc
     assert doc["calibration_side"] == "slow-again"
     aa = doc["verdicts"]["slow-again"]["8"]
-    assert all(aa[m]["kind"] not in ("better", "worse") for m in aa), [aa[m]["text"] for m in aa]
+    assert all(aa[m]["kind"] not in ("better", "worse") for m in aa), [sentence(aa[m], "slow-again") for m in aa]
 
 
 def test_interrupted_run_keeps_its_completed_rounds(interrupted: Run) -> None:
@@ -132,7 +133,7 @@ def test_same_answers_with_real_weights(interrupted: Run) -> None:
     for name in ("fast", "slow-again"):
         side = answers["sides"][name]
         assert side["prompts"] == 8 and side["token_agreement"] is not None
-        assert side["text"].startswith(("same answers", "different answers"))
+        assert agreement_text(side).startswith(("same answers", "different answers"))
     # the same configuration, greedy: the same tokens
     assert answers["sides"]["slow-again"]["identical"] == 8
 

@@ -1,0 +1,114 @@
+"""The configurations an ab run compares: a profile plus per-side overrides of its [vllm] settings, parsed from
+the command line, resolved into the profile each server is given, and the server arrangement (co-resident or
+restarted) that suits them."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from launcher.errors import BadInput
+from launcher.profiles.profile import ServingProfile, load_profile, parse_profile
+
+
+@dataclass(frozen=True)
+class Side:
+    """One configuration: a profile plus per-side overrides of its [vllm] settings."""
+
+    name: str
+    profile_ref: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        sets = ",".join(f"{k}={v}" for k, v in self.overrides.items())
+        return f"{self.profile_ref}" + (f" + {sets}" if sets else "")
+
+
+def parse_value(text: str) -> Any:
+    """A --set value as TOML reads it (8, 0.5, true, "fp8", ["A", "B"]); a bare word is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_sets(items: tuple[str, ...] | list[str], option: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"{option} {item!r} is not KEY=VALUE", f"e.g. {option} max_num_seqs=8")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def parse_config(text: str) -> Side:
+    """--config NAME=PROFILE[,KEY=VALUE...]"""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise BadInput(f"--config {text!r} is not NAME=PROFILE[,KEY=VALUE...]", "e.g. --config slow=cpu,max_num_seqs=1")
+    profile, *sets = rest.split(",")
+    return Side(name.strip(), profile.strip(), parse_sets(sets, "--config"))
+
+
+def sides_from_options(
+    a_ref: str | None,
+    b_ref: str | None,
+    set_a: tuple[str, ...],
+    set_b: tuple[str, ...],
+    configs: tuple[str, ...],
+) -> tuple[Side, ...]:
+    """--a/--b (with --set-a/--set-b) and --config, in that order; the first is the baseline."""
+    if bool(a_ref) != bool(b_ref):
+        raise BadInput("give both --a and --b (or only --config)", "e.g. --a cpu --b cpu --set-b max_num_seqs=1")
+    if (set_a or set_b) and not a_ref:
+        raise BadInput("--set-a/--set-b need --a and --b", "or put the settings in --config NAME=PROFILE,KEY=VALUE")
+    sides: list[Side] = []
+    if a_ref and b_ref:
+        sides += [Side("A", a_ref, parse_sets(set_a, "--set-a")), Side("B", b_ref, parse_sets(set_b, "--set-b"))]
+    sides += [parse_config(c) for c in configs]
+    return tuple(sides)
+
+
+def side_profile(side: Side, extra: dict[str, Any] | None = None) -> ServingProfile:
+    """The side's profile with its overrides, validated as a profile file would be (unknown or mistyped keys are
+    refused with the profile's own message)."""
+    import tomli_w
+
+    base = load_profile(side.profile_ref)
+    settings = {**base.settings, **side.overrides, **(extra or {})}
+    doc: dict[str, Any] = {"schema": 1, "description": base.description, "vllm": settings, "env": base.env}
+    if base.python:
+        doc["python"] = base.python
+    doc["why"] = {k: v for k, v in base.why.items() if k in settings}
+    if base.tuned:
+        doc["tuned"] = base.tuned
+    return parse_profile(tomli_w.dumps(doc), base.path, base.name)
+
+
+def is_cpu_engine(profile: ServingProfile) -> bool:
+    """The CPU engine sizes its KV cache with VLLM_CPU_KVCACHE_SPACE, per process: nothing to share."""
+    return "VLLM_CPU_KVCACHE_SPACE" in profile.env
+
+
+def choose_mode(mode: str, sides: tuple[Side, ...]) -> tuple[Literal["co-resident", "restart"], str]:
+    if mode == "co-resident":
+        return "co-resident", "asked for"
+    if mode == "restart":
+        return "restart", "asked for"
+    sets_memory = [s.name for s in sides if "gpu_memory_utilization" in s.overrides]
+    if sets_memory:
+        return "restart", (
+            f"{', '.join(sets_memory)} set gpu_memory_utilization: memory is what is compared, so each server gets "
+            "the device alone"
+        )
+    return "co-resident", (
+        "default: servers started once and benched alternately (on one H200 two servers at 0.42 of memory each fit "
+        "and an A/A agreed within 0.1-3% after the first round)"
+    )
+
+
+def dummy_weights(argv: list[str]) -> bool:
+    joined = " ".join(argv)
+    return "--load-format dummy" in joined or "--load-format=dummy" in joined
