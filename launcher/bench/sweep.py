@@ -418,5 +418,7 @@ def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:
         config = json.loads((model / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    outcome.summary["roofline"] = roofline.annotate(outcome.summary, config).to_json()
+    outcome.summary["roofline"] = roofline.annotate(
+        outcome.summary, config, hf_quant=roofline.hf_quant_of(model)
+    ).to_json()
     results.write_summary(out, outcome.summary)

@@ -45,15 +45,14 @@ def model_tiny(out_dir: Path, python: Path | None) -> int:
 @click.option(
     "--quantization",
     type=click.Choice(["bf16", "fp8", "nvfp4"]),
-    default="bf16",
-    show_default=True,
-    help="fp8: vLLM quantizes online (--quantization fp8); nvfp4: a ModelOpt NVFP4 quantization_config.",
+    help="Default: what the config carries (none for a known name). bf16 drops a carried quantization; fp8: vLLM "
+    "quantizes online; nvfp4: the model's NVFP4 release where known, else a ModelOpt NVFP4 quantization_config.",
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Change a config.json key (repeatable).")
 @click.option("--list", "list_known", is_flag=True, help="List the known shapes and exit.")
 @PYTHON_OPTION
 def model_shape(
-    ref: str, out_dir: Path, quantization: str, overrides: tuple[str, ...], list_known: bool, python: Path | None
+    ref: str, out_dir: Path, quantization: str | None, overrides: tuple[str, ...], list_known: bool, python: Path | None
 ) -> int:
     """Write a weightless model folder with a known model's real shapes, to serve with --load-format dummy.
 

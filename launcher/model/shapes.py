@@ -23,168 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.model import quant as quantmod
+from launcher.model.known import KNOWN as KNOWN  # re-exported: the CLI lists them from here
+from launcher.model.known import KnownShape as KnownShape  # re-exported: the views import it from here
+from launcher.model.known import Release
 from launcher.output import atomic_write_text
 
 MARKER = "nemolaunch-shape.json"
 SCHEMA = "nemolaunch.shape/1"
 QUANTIZATIONS = ("bf16", "fp8", "nvfp4")
+HF_QUANT = "hf_quant_config.json"
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safetensors.index.json")
-
-_LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "attention_bias": False,
-    "hidden_act": "silu",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "max_position_embeddings": 8192,
-    "mlp_bias": False,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-05,
-    "rope_scaling": None,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 128256,
-}
-# Llama 3.1: the same layers, 128k context through llama3 rope scaling.
-_LLAMA31_ROPE = {
-    "max_position_embeddings": 131072,
-    "rope_scaling": {
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
-}
-
-
-@dataclass(frozen=True)
-class KnownShape:
-    name: str
-    source: str  # the model card whose config.json this follows
-    config: dict[str, Any]
-    router: str | None = None  # the MoE router's module pattern: kept in bf16 when the rest is NVFP4
-
-
-KNOWN: dict[str, KnownShape] = {
-    s.name: s
-    for s in (
-        KnownShape(
-            "llama-3-8b",
-            "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
-            _LLAMA3_8B,
-        ),
-        KnownShape(
-            "llama-3.1-8b",
-            "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json",
-            {**_LLAMA3_8B, **_LLAMA31_ROPE},
-        ),
-        KnownShape(
-            "llama-3.1-70b",
-            "https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json",
-            {
-                **_LLAMA3_8B,
-                **_LLAMA31_ROPE,
-                "hidden_size": 8192,
-                "intermediate_size": 28672,
-                "num_attention_heads": 64,
-                "num_hidden_layers": 80,
-            },
-        ),
-        KnownShape(
-            "qwen3-8b",
-            "https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json",
-            {
-                "architectures": ["Qwen3ForCausalLM"],
-                "model_type": "qwen3",
-                "attention_bias": False,
-                "head_dim": 128,
-                "hidden_act": "silu",
-                "hidden_size": 4096,
-                "intermediate_size": 12288,
-                "max_position_embeddings": 40960,
-                "num_attention_heads": 32,
-                "num_hidden_layers": 36,
-                "num_key_value_heads": 8,
-                "rms_norm_eps": 1e-06,
-                "rope_scaling": None,
-                "rope_theta": 1000000,
-                "sliding_window": None,
-                "use_sliding_window": False,
-                "tie_word_embeddings": False,
-                "torch_dtype": "bfloat16",
-                "vocab_size": 151936,
-            },
-        ),
-        KnownShape(
-            "qwen3-30b-a3b",
-            "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json",
-            {
-                "architectures": ["Qwen3MoeForCausalLM"],
-                "model_type": "qwen3_moe",
-                "attention_bias": False,
-                "decoder_sparse_step": 1,
-                "head_dim": 128,
-                "hidden_act": "silu",
-                "hidden_size": 2048,
-                "intermediate_size": 6144,
-                "max_position_embeddings": 40960,
-                "mlp_only_layers": [],
-                "moe_intermediate_size": 768,
-                "norm_topk_prob": True,
-                "num_attention_heads": 32,
-                "num_experts": 128,
-                "num_experts_per_tok": 8,
-                "num_hidden_layers": 48,
-                "num_key_value_heads": 4,
-                "rms_norm_eps": 1e-06,
-                "rope_scaling": None,
-                "rope_theta": 1000000.0,
-                "sliding_window": None,
-                "use_sliding_window": False,
-                "tie_word_embeddings": False,
-                "torch_dtype": "bfloat16",
-                "vocab_size": 151936,
-            },
-            router="*.mlp.gate",
-        ),
-        KnownShape(
-            "mixtral-8x7b",
-            "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
-            {
-                "architectures": ["MixtralForCausalLM"],
-                "model_type": "mixtral",
-                "hidden_act": "silu",
-                "hidden_size": 4096,
-                "intermediate_size": 14336,
-                "max_position_embeddings": 32768,
-                "num_attention_heads": 32,
-                "num_experts_per_tok": 2,
-                "num_hidden_layers": 32,
-                "num_key_value_heads": 8,
-                "num_local_experts": 8,
-                "rms_norm_eps": 1e-05,
-                "rope_theta": 1000000.0,
-                "sliding_window": None,
-                "tie_word_embeddings": False,
-                "torch_dtype": "bfloat16",
-                "vocab_size": 32000,
-            },
-            router="*.block_sparse_moe.gate",
-        ),
-    )
-}
 
 REQUIRED_KEYS = ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
 @dataclass(frozen=True)
 class ShapeSpec:
-    """What `model shape` writes: the config (with quantization_config for NVFP4) and vLLM's flags."""
+    """What `model shape` writes: the config (with quantization_config for NVFP4), other quantization files
+    (hf_quant_config.json) and vLLM's flags. `quantization` labels what the folder really carries."""
 
     name: str
     source: str
@@ -192,6 +49,7 @@ class ShapeSpec:
     config: dict[str, Any]
     serve_args: list[str]
     overrides: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -208,25 +66,30 @@ def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     return out
 
 
-def resolve(ref: str, quantization: str = "bf16", overrides: dict[str, Any] | None = None) -> ShapeSpec:
-    """A known name, or a path to a config.json (any architecture vLLM knows), turned into what the folder holds."""
-    if quantization not in QUANTIZATIONS:
+def resolve(ref: str, quantization: str | None = None, overrides: dict[str, Any] | None = None) -> ShapeSpec:
+    """A known name, or a path to a config.json (any architecture vLLM knows), turned into what the folder holds.
+
+    `quantization` None keeps what the config carries (a config.json's own quantization_config, or the
+    hf_quant_config.json beside it; a known name: none); "bf16" drops a carried one; "fp8" is vLLM's online FP8;
+    "nvfp4" is the model's NVFP4 release where nemolaunch knows it, else a ModelOpt NVFP4 map."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
         raise BadInput(f"unknown quantization {quantization!r}", f"use one of {', '.join(QUANTIZATIONS)}")
     router: str | None = None
+    release: Release | None = None
+    files: dict[str, dict[str, Any]] = {}
     if ref in KNOWN:
         known = KNOWN[ref]
         name, source, config, router = known.name, known.source, copy.deepcopy(known.config), known.router
+        release = known.nvfp4_release
     elif ref.endswith(".json") or Path(ref).is_file():
         path = Path(ref).expanduser()
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise BadInput(f"cannot read {ref}: {e}", "give a model's config.json or a known name") from None
-        if not isinstance(config, dict):
-            raise BadInput(f"{ref} is not a JSON object", "give a model's config.json")
+        config = _read_object(path, ref, "give a model's config.json or a known name")
         name, source = path.parent.name or path.stem, str(path)
         if any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts")):
             router = "*.gate"
+        beside = path.parent / HF_QUANT
+        if beside.is_file():  # ModelOpt 0.29 and before: the quantization beside config.json, read by vLLM too
+            files[HF_QUANT] = _read_object(beside, str(beside), "remove it or give a readable one")
     else:
         raise BadInput(f"unknown model shape {ref!r}", f"give a config.json or one of {', '.join(KNOWN)}")
     overrides = overrides or {}
@@ -235,16 +98,44 @@ def resolve(ref: str, quantization: str = "bf16", overrides: dict[str, Any] | No
     if missing:
         raise BadInput(f"{ref} lacks {', '.join(missing)}", "give a model's config.json (from its model card)")
     serve_args = ["--load-format", "dummy"]
-    if quantization != "bf16" and "quantization_config" in config:
+    carried = config.get("quantization_config") or files.get(HF_QUANT)
+    if quantization in ("fp8", "nvfp4") and carried:
         raise BadInput(
-            f"{ref} already has a quantization_config ({config['quantization_config'].get('quant_method')})",
-            "leave out --quantization: the folder keeps the checkpoint's own",
+            f"{ref} already carries its quantization ({_label(config, files, None)})",
+            "leave out --quantization to keep the checkpoint's own, or give --quantization bf16 to drop it",
         )
-    if quantization == "fp8":
+    if quantization == "bf16":
+        config.pop("quantization_config", None)
+        files.pop(HF_QUANT, None)
+    elif quantization == "fp8":
         serve_args += ["--quantization", "fp8"]  # online FP8: vLLM quantizes the dummy bf16 weights at load
+    elif quantization == "nvfp4" and release is not None:
+        qc, files = release(config)
+        if qc is not None:
+            config["quantization_config"] = qc
     elif quantization == "nvfp4":
         config["quantization_config"] = nvfp4_quantization_config(router)
-    return ShapeSpec(name, source, quantization, config, serve_args, overrides)
+    label = _label(config, files, "fp8" if quantization == "fp8" else None)
+    return ShapeSpec(name, source, label, config, serve_args, overrides, files)
+
+
+def _read_object(path: Path, ref: str, fix: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadInput(f"cannot read {ref}: {e}", fix) from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{ref} is not a JSON object", fix)
+    return doc
+
+
+def _label(config: dict[str, Any], files: dict[str, dict[str, Any]], online: str | None) -> str:
+    """What the folder carries, as vLLM will read it; a quantization nemolaunch can not size keeps its method."""
+    try:
+        return quantmod.read(config, files.get(HF_QUANT), online).label
+    except quantmod.UnknownQuantization:
+        carried = config.get("quantization_config") or files.get(HF_QUANT) or {}
+        return str(carried.get("quant_method") or "quantized")
 
 
 def nvfp4_quantization_config(router: str | None) -> dict[str, Any]:
@@ -287,6 +178,8 @@ def write(spec: ShapeSpec, out_dir: Path, python: Path) -> dict[str, Any]:
             "weights": "none: vLLM fills random values (--load-format dummy); throughput is real, outputs are not",
         }
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        for file_name, doc in spec.files.items():
+            atomic_write_text(tmp / file_name, json.dumps(doc, indent=2) + "\n")
         atomic_write_text(tmp / MARKER, json.dumps(marker, indent=2) + "\n")
         atomic_write_text(tmp / "README.md", _readme(spec, out_dir))
     return {"path": str(out_dir), **marker}

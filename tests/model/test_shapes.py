@@ -93,7 +93,11 @@ def test_list_shows_the_known_shapes(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for name in shapes.KNOWN:
         assert f"\n{name} " in out
-    assert "qwen3-30b-a3b  Qwen3MoeForCausalLM  30.5B   3.4B" in out
+    rows = {line.split()[0]: line.split()[1:4] for line in out.splitlines()[2:]}
+    assert rows["qwen3-30b-a3b"] == ["Qwen3MoeForCausalLM", "30.5B", "3.4B"]
+    # the model cards: Nano 31.6B total, 3.6B active with embeddings; Super 120B total, 12B active (12.8B with them)
+    assert rows["nemotron-3-nano-30b-a3b"] == ["NemotronHForCausalLM", "31.6B", "3.6B"]
+    assert rows["nemotron-3-super-120b-a12b"] == ["NemotronHForCausalLM", "120.7B", "12.8B"]
 
 
 def test_launch_args_for_a_shape_add_only_what_the_profile_lacks(tmp_path: Path) -> None:
