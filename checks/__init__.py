@@ -1,6 +1,8 @@
 """Environment checks: one small module per check, each judging the facts gathered by checks.facts.
 
-REGISTRY is the order doctor runs and prints them in. A check returns CheckResults; it never prints.
+REGISTRY is the order doctor runs and prints them in. A check returns CheckResults; it never prints. A result's
+id is its check's id, or that id and a dot and what it looked at (`import.torch`), and its category is its check's
+id: the names `--only` and `--list-checks` use.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ REGISTRY: dict[str, tuple[str, Check]] = {
     "gpu": ("GPUs: family, memory, persistence, ECC, MIG, CUDA_VISIBLE_DEVICES", gpu.check),
     "cuda": ("driver CUDA >= torch CUDA, torch arch list, FlashInfer JIT nvcc", cuda.check),
     "stack": ("Python packages: vLLM, its pins, FlashInfer consistency", python_stack.check),
-    "imports": ("import torch / vllm / torchvision in child processes", import_probes.check),
+    "import": ("import torch / vllm / torchvision in child processes", import_probes.check),
     "env": ("VLLM_* / FLASHINFER_* variables the installed stack does not read", envvars.check),
     "memory": ("weights vs GPU memory and graph-capture headroom (--model)", memory.check),
     "topology": (
@@ -50,6 +52,8 @@ REGISTRY: dict[str, tuple[str, Check]] = {
     "lock": ("installed versions vs a lock (--lock)", lockfile.check),
     "host": ("OS, CPU, memory, free disk", host.check),
 }
+
+ALIASES = {"imports": "import"}  # earlier spellings `--only` still accepts
 
 
 def run_checks(facts: Facts, only: list[str] | None = None) -> list[CheckResult]:

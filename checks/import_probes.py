@@ -28,7 +28,7 @@ def check(facts: Facts) -> list[CheckResult]:
                     results.append(
                         CheckResult(
                             cid,
-                            "imports",
+                            "import",
                             "fail",
                             detail + ", but torch.cuda.is_available() is False",
                             "CUDA usable from torch",
@@ -37,7 +37,7 @@ def check(facts: Facts) -> list[CheckResult]:
                     )
                     continue
                 detail += f", CUDA {probe.get('cuda')} works on the GPU (capability {probe.get('device_capability')})"
-            results.append(CheckResult(cid, "imports", "pass", detail))
+            results.append(CheckResult(cid, "import", "pass", detail))
             continue
         error = probe.get("error", "")
         hint = ""
@@ -46,7 +46,7 @@ def check(facts: Facts) -> list[CheckResult]:
         results.append(
             CheckResult(
                 cid,
-                "imports",
+                "import",
                 "fail",
                 f"import {module} failed{when}: {error}{hint}",
                 f"import {module} works",
@@ -54,5 +54,5 @@ def check(facts: Facts) -> list[CheckResult]:
             )
         )
     if not probes:
-        results.append(CheckResult("import", "imports", "skip", "nothing to import (no torch or vLLM installed)"))
+        results.append(CheckResult("import", "import", "skip", "nothing to import (no torch or vLLM installed)"))
     return results

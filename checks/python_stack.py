@@ -31,7 +31,7 @@ def check(facts: Facts) -> list[CheckResult]:
         return [
             CheckResult(
                 "stack",
-                "python",
+                "stack",
                 "crash",
                 f"cannot read the engine's packages: {stack.get('error')}",
                 "",
@@ -40,14 +40,12 @@ def check(facts: Facts) -> list[CheckResult]:
         ]
     packages: dict[str, str] = stack["packages"]
     shown = ", ".join(f"{n} {packages[n]}" for n in SHOWN if n in packages) or "none of torch/vLLM/FlashInfer"
-    results = [
-        CheckResult("stack", "python", "pass", f"Python {stack['python_version']} at {stack['python']}: {shown}")
-    ]
+    results = [CheckResult("stack", "stack", "pass", f"Python {stack['python_version']} at {stack['python']}: {shown}")]
     for bad in stack.get("unreadable_metadata") or []:
         results.append(
             CheckResult(
                 "stack.metadata",
-                "python",
+                "stack",
                 "warn",
                 f"unreadable package metadata in {bad['path']} ({bad['error']}): that package is not judged",
                 "every *.dist-info/METADATA readable",
@@ -63,10 +61,10 @@ def check(facts: Facts) -> list[CheckResult]:
 def _vllm_present(packages: dict[str, str]) -> CheckResult:
     for dist in VLLM_DISTRIBUTIONS:
         if dist in packages:
-            return CheckResult("stack.vllm", "python", "pass", f"{dist} {packages[dist]}")
+            return CheckResult("stack.vllm", "stack", "pass", f"{dist} {packages[dist]}")
     return CheckResult(
         "stack.vllm",
-        "python",
+        "stack",
         "fail",
         "vLLM is not installed in this interpreter",
         " or ".join(VLLM_DISTRIBUTIONS),
@@ -102,7 +100,7 @@ def _vllm_pins(stack: dict[str, object]) -> list[CheckResult]:
             results.append(
                 CheckResult(
                     "stack.vllm-pins",
-                    "python",
+                    "stack",
                     "fail",
                     f"{dist} requires {listed}",
                     f"every Requires-Dist of {dist} met",
@@ -113,7 +111,7 @@ def _vllm_pins(stack: dict[str, object]) -> list[CheckResult]:
             results.append(
                 CheckResult(
                     "stack.vllm-pins",
-                    "python",
+                    "stack",
                     "pass",
                     f"the requirements of {dist} are met (multimodal-only "
                     f"{'/'.join(sorted(MULTIMODAL_ONLY))} may be absent)",
@@ -141,7 +139,7 @@ def _flashinfer(packages: dict[str, str], torch_cuda: str | None, env: dict[str,
             results.append(
                 CheckResult(
                     "stack.flashinfer",
-                    "python",
+                    "stack",
                     "warn",
                     f"{stray} installed without flashinfer-python",
                     "",
@@ -170,7 +168,7 @@ def _flashinfer(packages: dict[str, str], torch_cuda: str | None, env: dict[str,
         results.append(
             CheckResult(
                 "stack.flashinfer",
-                "python",
+                "stack",
                 "fail",
                 "; ".join(problems) + " (FlashInfer refuses to import)",
                 "the same version of every FlashInfer package",
@@ -181,14 +179,14 @@ def _flashinfer(packages: dict[str, str], torch_cuda: str | None, env: dict[str,
         have = ", ".join(f"{n} {v}" for n, v in (("cubin", cubin), ("jit-cache", jit)) if v)
         results.append(
             CheckResult(
-                "stack.flashinfer", "python", "pass", f"flashinfer-python {python}" + (f" with {have}" if have else "")
+                "stack.flashinfer", "stack", "pass", f"flashinfer-python {python}" + (f" with {have}" if have else "")
             )
         )
     if "FLASHINFER_DISABLE_VERSION_CHECK" in env:
         results.append(
             CheckResult(
                 "stack.flashinfer-check-disabled",
-                "python",
+                "stack",
                 "warn",
                 f"FLASHINFER_DISABLE_VERSION_CHECK={env['FLASHINFER_DISABLE_VERSION_CHECK']} turns FlashInfer's "
                 "version guard off (any value does, even 0); mismatched kernels then fail later, often as "

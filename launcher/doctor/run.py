@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks import REGISTRY, run_checks
+from checks import ALIASES, REGISTRY, run_checks
 from checks.facts import Facts, gather
 from checks.result import STATUSES, CheckResult
 from launcher.documents import DoctorDocument
@@ -69,6 +69,7 @@ def run(
     use_cache: bool = True,
     profile: str | None = None,
 ) -> DoctorReport:
+    only = [ALIASES.get(c, c) for c in only] if only else None
     unknown = [c for c in only or [] if c not in REGISTRY]
     if unknown:
         raise BadInput(f"unknown check {', '.join(unknown)}", f"pick from {', '.join(REGISTRY)} (--list-checks)")

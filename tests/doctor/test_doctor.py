@@ -91,6 +91,20 @@ def test_torchvision_built_for_another_torch(tmp_path: Path, capsys: pytest.Capt
     assert "torchvision::nms does not exist" in tv["observed"] and "pip uninstall -y torchvision" in tv["fix"]
 
 
+def test_result_ids_use_the_names_only_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What doctor prints (`import.torch`) is what --only and --list-checks take (`import`); the old spelling
+    `imports` still works."""
+    python = make_env(tmp_path, {"torch": "2.13.0+cpu"}, {"torch/__init__.py": "__version__ = '2.13.0+cpu'\n"})
+    _, doc = doctor_json(python, capsys)
+    assert main(["doctor", "--list-checks"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    for check in doc["checks"]:  # type: ignore[union-attr]
+        assert check["id"].split(".")[0] == check["category"], check
+        assert check["category"] in listed, check
+    picked = [by_id(doctor_json(python, capsys, "--only", name)[1]) for name in ("import", "imports")]
+    assert set(picked[0]) == set(picked[1]) == {"import.torch"}
+
+
 def test_no_vllm_is_a_failure_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = doctor_json(make_env(tmp_path, {}), capsys, "--only", "stack")
     assert rc == 1 and by_id(doc)["stack.vllm"]["status"] == "fail"
