@@ -39,6 +39,15 @@ def model_tiny(out_dir: Path, python: Path | None) -> int:
     return ExitCode.OK
 
 
+def _list_shapes(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """--list answers before the arguments are read, as --help does."""
+    if value:
+        from launcher.model.shapes import KNOWN
+
+        click.echo(known_shapes(KNOWN.values()))
+        ctx.exit(ExitCode.OK)
+
+
 @model.command("shape")
 @click.argument("ref", metavar="NAME|CONFIG.json")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
@@ -49,10 +58,17 @@ def model_tiny(out_dir: Path, python: Path | None) -> int:
     "quantizes online; nvfp4: the model's NVFP4 release where known, else a ModelOpt NVFP4 quantization_config.",
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Change a config.json key (repeatable).")
-@click.option("--list", "list_known", is_flag=True, help="List the known shapes and exit.")
+@click.option(
+    "--list",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_list_shapes,
+    help="List the known shapes and exit (no NAME or OUT_DIR needed).",
+)
 @PYTHON_OPTION
 def model_shape(
-    ref: str, out_dir: Path, quantization: str | None, overrides: tuple[str, ...], list_known: bool, python: Path | None
+    ref: str, out_dir: Path, quantization: str | None, overrides: tuple[str, ...], python: Path | None
 ) -> int:
     """Write a weightless model folder with a known model's real shapes, to serve with --load-format dummy.
 
@@ -64,9 +80,6 @@ def model_shape(
     from launcher.engine import resolve_python
     from launcher.model import shapes as shapes
 
-    if list_known:
-        click.echo(known_shapes(shapes.KNOWN.values()))
-        return ExitCode.OK
     spec = shapes.resolve(ref, quantization, shapes.parse_overrides(overrides))
     interpreter = resolve_python(python)
     click.echo(f"writing the tokenizer with {interpreter.path} ({interpreter.source})", err=True)

@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 def test_list_shows_the_known_shapes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["model", "shape", "--list", "x", "y"]) == 0
+    assert main(["model", "shape", "--list"]) == 0
     out = capsys.readouterr().out
     for name in shapes.KNOWN:
         assert f"\n{name} " in out
