@@ -93,7 +93,8 @@ class Placement:
 # bind an address nemolaunch does not know and so cannot print, check or warn about)
 OWNED_FLAGS = ("--host", "--port", "--model", "--uds")
 POSITIVE_INTS = ("max_num_seqs", "max_model_len")  # the parallel sizes: PARALLEL_SIZES below
-# the one wording of what eager mode costs (serve's warning, profile write's why, bench's misconfiguration warning)
+# the one wording of what eager mode costs (serve's warning, profile write's why, bench's misconfiguration warning,
+# tune's note; the knowledge base says "several times slower" and points at ab)
 EAGER_COST = "the seed measured 27 instead of 97 tok/s at concurrency 1 without CUDA graphs (3.6x slower)"
 
 
