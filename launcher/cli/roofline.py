@@ -54,12 +54,14 @@ def render(r: Roofline) -> str:
             f"{r.bandwidth.datasheet_bytes_per_s / 1e12:.2f} TB/s ({r.bandwidth.datasheet_source})"
         )
     lines.append(f"physical ceiling per user at c=1: {r.ceiling_per_user_tok_s:.0f} tok/s")
+    hybrid = r.mamba_state_bytes_per_seq is not None  # a Mamba state column only where there is one
     rows = [
         [
-            lv.concurrency,
+            f"{lv.concurrency:g}",
             None if lv.distinct_experts is None else f"{lv.distinct_experts:.1f}",
             f"{lv.weight_bytes / 1e9:.2f}",
             f"{lv.kv_bytes / 1e9:.3f}",
+            *([f"{lv.mamba_bytes / 1e9:.2f}"] if hybrid else []),
             f"{lv.ceiling_tok_s:.0f}",
             lv.measured_tok_s,
             _pct(lv.percent_of_limit),
@@ -67,5 +69,7 @@ def render(r: Roofline) -> str:
         ]
         for lv in r.levels
     ]
-    headers = ["c", "experts/layer", "weights GB", "KV GB", "ceiling tok/s", "measured", "% of limit", "% (TPOT)"]
+    headers = ["c", "experts/layer", "weights GB", "KV GB", *(["Mamba GB"] if hybrid else []), "ceiling tok/s"]
+    headers += ["measured", "% of limit", "% (TPOT)"]
+    lines += [f"left out: {why}" for why in r.skipped]
     return "\n".join([*lines, "", table(headers, rows)])

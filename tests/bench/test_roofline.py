@@ -222,3 +222,83 @@ def test_a_masked_prompt_count_falls_back_to_the_levels_length() -> None:
     config = shapes.resolve("llama-3.1-8b", "fp8").config
     got = roofline.annotate(summary, config, served_args=["--load-format", "dummy", "--quantization", "fp8"])
     assert got.levels[0].context_len == 512 + 64
+
+
+def test_nemotron_super_hybrid_step_bytes_by_hand() -> None:
+    """Super's NVFP4 release (the MIXED_PRECISION map) at c=1 and a mean context of 320 tokens (256 in, 128 out),
+    counted by hand from the config and the release's per-class FP8 layer lists (launcher/model/nemotron.py):
+
+    Mamba (40 layers): in_proj 4096 x (2x8192 + 2x8x128 + 128) = 76,021,760 params, FP8 on 28 layers, BF16 on 12;
+      out_proj 8192 x 4096 = 33,554,432, FP8 on 29, BF16 on 11
+      -> 28x76,021,760 + 12x76,021,760x2 + 29x33,554,432 + 11x33,554,432x2 = 5,664,407,552 B
+    Attention (8 layers): q 4096x4096 and k, v 4096x256 in BF16; o 4096x4096 FP8 on layers 69 and 78, BF16 on 6
+      -> 8x(16,777,216x2 + 2x1,048,576x2) + 2x16,777,216 + 6x16,777,216x2 = 536,870,912 B
+    MoE, read every step (40 layers): router 4096x512 BF16 -> 40x2,097,152x2 = 167,772,160 B;
+      shared up 4096x5376 = 22,020,096: FP8 x39, BF16 x1; shared down: FP8 x37, NVFP4 x1 (0.5625 B), BF16 x2
+      -> 22,020,096 x (39 + 2 + 37 + 0.5625 + 4) = 1,817,897,675.. B (exactly 22,020,096 x 82.5625);
+      latent fc1 and fc2 4096x1024 = 4,194,304 each: FP8 on 3 + 1 layers, BF16 on 37 + 39
+      -> 4,194,304 x (4 + 2x76) = 654,311,424 B
+    lm_head 4096x131072 BF16 -> 1,073,741,824 B
+    Routed experts at c=1: 22 of 512 per layer, up and down 1024x2688 = 2,752,512 each, NVFP4
+      -> 40 x 22 x 2 x 2,752,512 x 0.5625 = 2,724,986,880 B
+    Mamba state, read and written: SSM 40x128x64x128 x 4 B (fp32) = 167,772,160; conv 40 x (8192 + 2x8x128) x 3 x
+      2 B (bf16) = 2,457,600 -> 2 x 170,229,760 = 340,459,520 B
+    KV (FP8, from the checkpoint's kv_cache_scheme): 8 layers x 2 KV heads x 128 x (K and V) x 1 B x 320 tokens
+      = 1,310,720 B
+    Total 12,981,895,168 B per step: 4.8 TB/s over it is 369.7 tok/s for one user at most."""
+    from launcher.model import quant, shapes
+
+    config = shapes.resolve("nemotron-3-super-120b-a12b", "nvfp4").config
+    t = roofline.model_traffic(config)
+    q = quant.read(config)
+    got = roofline.step_bytes(t, 1, 320, q, "fp8")
+    weights = 5_664_407_552 + 536_870_912 + 167_772_160 + 22_020_096 * 82.5625 + 654_311_424 + 1_073_741_824
+    assert got.weights == pytest.approx(weights + 2_724_986_880, rel=1e-12)
+    assert got.mamba == 340_459_520 and got.kv == 1_310_720
+    assert got.total == pytest.approx(12_981_895_168, rel=1e-12)
+    assert roofline.ceiling_tok_s(got.total, 1, 4.8e12) == pytest.approx(369.75, abs=0.01)
+    # at c=64 each sequence brings its own state and KV; the experts read grow to those routed to
+    many = roofline.step_bytes(t, 64, 320, q, "fp8")
+    assert many.mamba == 64 * 340_459_520 and many.kv == 64 * 1_310_720
+    distinct = 512 * (1 - (1 - 22 / 512) ** 64)
+    assert many.weights - got.weights == pytest.approx(40 * 2 * 2_752_512 * 0.5625 * (distinct - 22))
+
+
+def test_nemotron_nano_weights_follow_its_hf_quant_config() -> None:
+    """Nano's release excludes lm_head, the 6 attention layers and the Mamba layer before each: those stay BF16
+    (the router too, as vLLM keeps it); every other matrix read at c=1 is NVFP4, 0.5625 B a parameter."""
+    from launcher.model import nemotron, quant
+
+    t = roofline.model_traffic(nemotron.NANO_CONFIG)
+    q = quant.read(nemotron.NANO_CONFIG, nemotron.nano_hf_quant_config())
+    mamba_pair = 2688 * (2 * 4096 + 2 * 8 * 128 + 64) + 4096 * 2688  # in_proj + out_proj of one Mamba layer
+    attention = 2688 * 4096 * 2 + 2688 * 256 * 2  # q and o; k and v
+    bf16 = 6 * (mamba_pair + attention) + 131072 * 2688 + 23 * 2688 * 128  # + lm_head + routers
+    fp4 = t.active_params - bf16  # the other Mamba layers, shared experts, 6 routed experts per MoE layer
+    assert roofline.step_bytes(t, 1, 0, q).weights == pytest.approx(2 * bf16 + 0.5625 * fp4)
+
+
+def test_a_request_rate_summary_gets_a_roofline_per_level() -> None:
+    """bench's own request-rate output has "concurrency": null per level: roofline takes each level's mean
+    requests in flight (achieved_concurrency) instead of dying in int(None)."""
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    for level in summary["levels"]:
+        level["request_rate"], level["concurrency"] = 2.0 * level["concurrency"], None
+    summary["levels"][1]["achieved_concurrency"] = 3.5
+    summary["levels"][2].pop("achieved_concurrency", None)
+    r = roofline.annotate(summary, LLAMA_1B)
+    assert [lv.concurrency for lv in r.levels][1] == 3.5 and r.levels[1].request_rate == 8.0
+    assert len(r.levels) == len(summary["levels"]) - 1
+    assert r.skipped == ["the level at request rate 32.0 has no concurrency nor achieved_concurrency"]
+
+
+def test_a_mixed_precision_checkpoint_is_modelled_not_refused() -> None:
+    """The H200 run of 2026-12-03 was refused with "quantization 'modelopt' is not modelled"."""
+    from launcher.model import shapes
+
+    summary = json.loads((FIXTURES / "bench" / "h200-graphs" / "summary.json").read_text())
+    config = shapes.resolve("nemotron-3-super-120b-a12b", "nvfp4").config
+    r = roofline.annotate(summary, config)
+    assert r.applies and r.weight_dtype == "mixed nvfp4+fp8" and r.kv_dtype == "fp8"
+    assert r.mamba_state_bytes_per_seq == 170_229_760
+    assert "Mamba state 170.2 MB per sequence (SSM fp32, conv bf16)" in r.reason
