@@ -16,6 +16,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from checks.child.dists import VLLM_DISTRIBUTIONS
 from checks.files import atomic_write_text, cache_dir
 from checks.proc import run_child, run_python
 from checks.secrets import redact_env
+from checks.seqmem import sequence_memory
 
 CHILD_DIR = Path(child.__file__).resolve().parent
 IMPORT_TIMEOUT_S = 120.0
@@ -320,6 +322,8 @@ def model_facts(model: Path | None) -> dict[str, Any] | None:
             for key in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers"):
                 facts[key] = text.get(key)
             facts["quantization"] = (cfg.get("quantization_config") or {}).get("quant_method")
+            seq = sequence_memory(cfg)
+            facts["sequence_memory"] = asdict(seq) if seq else None
         except (OSError, json.JSONDecodeError) as e:
             facts["config_error"] = str(e)
     return facts

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from checks.facts import Facts
 from checks.result import CheckResult
+from checks.seqmem import SequenceMemory
 
 UTILIZATION = 0.9  # vLLM's default
 CAPTURE_HEADROOM_GIB = 12.0  # seed: 9.6 GiB outside 0.9 of 96 GB ran out in graph capture; 14.4 at 0.85 fit
@@ -35,6 +38,7 @@ def check(facts: Facts) -> list[CheckResult]:
         f"weights {weights:.1f} GiB; GPU {total:.0f} GiB x {UTILIZATION} = {budget:.1f} GiB for weights and "
         f"KV cache, {budget - weights:.1f} GiB left for KV, {outside:.1f} GiB outside for graphs and workspace"
     )
+    observed += _sequences(model.get("sequence_memory"), (budget - weights) * 2**30)
     if weights >= budget:
         return [
             CheckResult(
@@ -60,3 +64,16 @@ def check(facts: Facts) -> list[CheckResult]:
             )
         ]
     return [CheckResult("memory", "memory", "pass", observed)]
+
+
+def _sequences(recorded: dict[str, Any] | None, free_bytes: float) -> str:
+    """A hybrid model's concurrency bound: each sequence holds a fixed Mamba state beside its KV per token."""
+    if not recorded or not recorded.get("mamba_layers") or free_bytes <= 0:
+        return ""
+    seq = SequenceMemory(**recorded)
+    return (
+        f"; each sequence holds {seq.state_bytes() / 1e6:.0f} MB of Mamba state + "
+        f"{seq.kv_bytes_per_token() / 1024:g} KiB of BF16 KV per token ({seq.kv_bytes_per_token('fp8') / 1024:g} KiB "
+        f"at FP8): the KV budget holds {seq.sequences_that_fit(free_bytes, 8192)} sequences of 8192 tokens, "
+        f"{seq.sequences_that_fit(free_bytes, 1024)} of 1024"
+    )

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from checks.seqmem import sequence_memory
 from launcher.model.quant import Quantization
 
 # Bytes per weight parameter, scales included: NVFP4 is 4 bits plus one FP8 scale per 16 values (0.5 + 1/16);
@@ -190,9 +191,7 @@ def _nemotron_h(config: dict[str, Any]) -> ModelTraffic:
     hidden = _int(config, "hidden_size")
     heads, head_dim = _int(config, "mamba_num_heads"), _int(config, "mamba_head_dim")
     groups, state = _int(config, "n_groups", default=8), _int(config, "ssm_state_size")
-    conv_kernel = _int(config, "conv_kernel", default=4)
     d_inner = heads * head_dim
-    conv_dim = d_inner + 2 * groups * state
     experts = _int(config, "n_routed_experts", default=0)
     latent = config.get("moe_latent_size")
     moe_hidden = latent if isinstance(latent, int) else hidden
@@ -201,15 +200,13 @@ def _nemotron_h(config: dict[str, Any]) -> ModelTraffic:
         config, "n_shared_experts", default=1
     )
     modules: list[Module] = []
-    kv_layer = 0
     for i, kind in enumerate(pattern):
         p = f"backbone.layers.{i}.mixer"
         if kind == "M":
             modules.append(Module(f"{p}.in_proj", hidden * (2 * d_inner + 2 * groups * state + heads), "dense"))
             modules.append(Module(f"{p}.out_proj", d_inner * hidden, "dense"))
         elif kind == "*":
-            attn, kv_layer = _attention(config, p)
-            modules += attn
+            modules += _attention(config, p)[0]
         elif kind == "E":
             modules.append(Module(f"{p}.gate", hidden * experts, "base"))
             modules.append(Module(f"{p}.experts.0.up_proj", moe_hidden * moe_inter, "expert"))
@@ -228,19 +225,19 @@ def _nemotron_h(config: dict[str, Any]) -> ModelTraffic:
             ]
         else:
             raise RooflineError(f"hybrid_override_pattern has an unknown layer kind {kind!r}")
-    mamba = pattern.count("M")
-    ssm_dtype = str(config.get("mamba_ssm_cache_dtype") or "float32")
+    seq = sequence_memory(config)
+    assert seq is not None  # hidden_size and num_attention_heads were read above
     return ModelTraffic(
         layers=len(pattern),
         modules=(*modules, *_ends(config, "backbone.embeddings")),
         moe_layers=pattern.count("E"),
         experts=experts if pattern.count("E") else 0,
         top_k=_int(config, "num_experts_per_tok") if experts and "E" in pattern else 0,
-        kv_per_token=pattern.count("*") * kv_layer,
-        mamba_layers=mamba,
-        conv_state_per_seq=mamba * conv_dim * (conv_kernel - 1),
-        ssm_state_per_seq=mamba * heads * head_dim * state,
-        ssm_state_dtype=_STATE_DTYPES.get(ssm_dtype, "fp32"),
+        kv_per_token=seq.kv_elements_per_token,
+        mamba_layers=seq.mamba_layers,
+        conv_state_per_seq=seq.conv_state_elements,
+        ssm_state_per_seq=seq.ssm_state_elements,
+        ssm_state_dtype=_STATE_DTYPES.get(seq.ssm_state_dtype, "fp32"),
     )
 
 
