@@ -39,9 +39,11 @@ model: $(MODEL_DIR)/config.json
 $(MODEL_DIR)/config.json: | venv engine
 	$(BIN)/nemolaunch model tiny $(MODEL_DIR) --python $(ENGINE_PY)
 
+# lint: style and the import contracts (pyproject's [tool.importlinter]: the layers, checks/ and child/ apart)
 lint: venv
 	$(BIN)/ruff check launcher checks tests benchmarks
 	$(BIN)/ruff format --check launcher checks tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 type: venv
 	$(BIN)/mypy

@@ -23,13 +23,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from launcher import child
+from launcher.paths import CHILD_DIR
 
-WATCHDOG = Path(child.__file__).resolve().parent / "watchdog.py"
+WATCHDOG = CHILD_DIR / "watchdog.py"
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # the ways a command is ended besides Ctrl-C
 PR_SET_PDEATHSIG = 1
 
