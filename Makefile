@@ -17,7 +17,7 @@ MODEL      ?= $(MODEL_DIR)
 export NEMOLAUNCH_TEST_ENGINE := $(ENGINE_PY)
 export NEMOLAUNCH_TEST_MODEL := $(MODEL_DIR)
 
-.PHONY: venv engine model test lint type pytest bench lock clean
+.PHONY: venv engine model test lint docs type pytest bench lock clean
 
 venv: $(BIN)/nemolaunch
 $(BIN)/nemolaunch: pyproject.toml
@@ -39,11 +39,16 @@ model: $(MODEL_DIR)/config.json
 $(MODEL_DIR)/config.json: | venv engine
 	$(BIN)/nemolaunch model tiny $(MODEL_DIR) --python $(ENGINE_PY)
 
-# lint: style and the import contracts (pyproject's [tool.importlinter]: the layers, checks/ and child/ apart)
+# lint: style, the import contracts (pyproject's [tool.importlinter]: the layers, checks/ and child/ apart) and
+# docs/reference/cli.md against the commands (make docs rewrites it)
 lint: venv
 	$(BIN)/ruff check launcher checks tests benchmarks
 	$(BIN)/ruff format --check launcher checks tests benchmarks
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m launcher.cli.reference --check
+
+docs: venv
+	$(BIN)/python -m launcher.cli.reference
 
 type: venv
 	$(BIN)/mypy
