@@ -3,11 +3,13 @@ chosen dist-info folders, and the engine the Makefile built. Fixtures (pytest's)
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -40,3 +42,40 @@ def make_env(tmp_path: Path, dists: dict[str, str], files: dict[str, str] | None
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
     return venv / "bin" / "python"
+
+
+# three probe runs on one H200 on 2026-11-30: separate processes, the same shapes (tests/fixtures/probe)
+H200_PROBE_RUNS = tuple(
+    FIXTURES / "probe" / name
+    for name in ("h200-vllm026-harness-2026-11-30.json", "h200-vllm026-2026-11-30.json", "h200-torch-2026-11-30.json")
+)
+
+
+def h200_three_starts() -> dict[str, Any]:
+    """probe --json as a run timing each kernel in three process starts would write it, from the three H200 runs
+    of 2026-11-30 as its starts: each kernel's medians from every run that measured it correctly (the first run
+    lists every kernel), combined as the harness combines its starts (launcher/child/starts.py), then ranked and
+    its ties found (launcher/probe/report.py)."""
+    from launcher.child.starts import combine
+    from launcher.probe.report import KernelResult, rank, ties
+
+    runs = [json.loads(path.read_text()) for path in H200_PROBE_RUNS]
+    kernels = []
+    for k in runs[0]["kernels"]:
+        same = [r for run in runs for r in run["kernels"] if (r["chain"], r["kernel"]) == (k["chain"], k["kernel"])]
+        measured = [r for r in same if r["status"] == "ok"] if k["status"] == "ok" else [k]
+        assert all([(s["m"], s["n"], s["k"]) for s in r["shapes"]] == [(s["m"], s["n"], s["k"]) for s in k["shapes"]]
+                   for r in measured)  # fmt: skip
+        answer = combine([{**r, "noise": r["noise_lines"], "t": {}} for r in measured], len(runs))
+        fields = {key: answer.get(key, k[key]) for key in ("status", "error", "shapes", "seconds", "setup_s")}
+        kernels.append(KernelResult(**{**k, **fields, "noise_lines": answer["noise"], "starts": answer["starts"]}))
+    recommended, fastest = rank(kernels)
+    return {
+        **runs[0],
+        "recommended": recommended,
+        "fastest_measured": fastest,
+        "starts": len(runs),
+        "ties": ties(kernels, recommended),
+        "kernels": [k.__dict__ for k in kernels],
+        "captured": {"where": "the three H200 probe runs of 2026-11-30 as the starts of one run (tests/helpers.py)"},
+    }

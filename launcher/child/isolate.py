@@ -213,7 +213,7 @@ def run_isolated(
     worker: Worker,
     timeout_s: float,
     parallel: int,
-    emit: Callable[[dict[str, Any], dict[str, Any]], None],
+    emit: Callable[[dict[str, Any], dict[str, Any]], list[dict[str, Any]] | None],
     noise: re.Pattern[str] | None = None,
     builds: dict[str, Build] | None = None,
     poll_s: float = 0.5,
@@ -223,7 +223,8 @@ def run_isolated(
     The worker calls turn.wait() once, when it is ready for its timed section; the harness lets one child at a
     time through. emit(job, result) is called as each child ends, with the worker's result (or timed-out /
     crashed / failed) plus "noise" (lines of its output matching `noise`), "seconds" and, once it was let
-    through, "timed_s", and "t" (its timeline). A job with "needs": NAME waits for builds[NAME] (see Build).
+    through, "timed_s", and "t" (its timeline); the jobs it returns run after those pending (a job started
+    again in a fresh process). A job with "needs": NAME waits for builds[NAME] (see Build).
     """
     builds = builds or {}
     pending = deque(jobs)
@@ -239,7 +240,7 @@ def run_isolated(
                     found = finished[job["needs"]]
                     if found is not None and not found.get("ok"):  # a failed build: its jobs fail without a child
                         pending.remove(job)
-                        emit(job, _without_child(job, builds[job["needs"]], found))
+                        pending.extend(emit(job, _without_child(job, builds[job["needs"]], found)) or [])
                 runnable = [j for j in pending if j.get("needs") not in builds or finished[j["needs"]] is not None]
                 while runnable and len(live) < parallel:
                     job = runnable.pop(0)
@@ -250,7 +251,7 @@ def run_isolated(
                     now = time.monotonic()
                     for job in [j for j in pending if now >= builds[j["needs"]].wait_until]:
                         pending.remove(job)
-                        emit(job, _without_child(job, builds[job["needs"]], None))
+                        pending.extend(emit(job, _without_child(job, builds[job["needs"]], None)) or [])
                     if pending:
                         time.sleep(min(poll_s, max(0.0, min(builds[j["needs"]].wait_until for j in pending) - now)))
                     continue
@@ -293,7 +294,7 @@ def run_isolated(
                     if timed_out:
                         with contextlib.suppress(ProcessLookupError, PermissionError):
                             os.killpg(child.pid, signal.SIGKILL)
-                    emit(child.job, _outcome(child, timed_out, timeout_s, noise))
+                    pending.extend(emit(child.job, _outcome(child, timed_out, timeout_s, noise)) or [])
                     del live[child.from_child]
                     if child in waiting:
                         waiting.remove(child)

@@ -4,9 +4,10 @@
                                       imports torch and vLLM once (the modules of those chains), prints
                                       {"kernels": [...]}, reads one request
                                       {"jobs": [{"chain", "kernel", "shapes": [[M, N, K], ...], "layer": {...}}],
-                                      "timeout_s", "parallel"} on stdin, runs each job in a forked child
-                                      (isolate.py) and prints one JSON line per kernel as it ends, then
-                                      {"done": true}
+                                      "timeout_s", "parallel", "starts"} on stdin, runs each job in a forked
+                                      child (isolate.py), a kernel measured correctly again in `starts` fresh
+                                      children in all (starts.py), and prints one JSON line per kernel as its
+                                      last start ends, then {"done": true}
 
 If importing a preloaded module initializes CUDA (forked children could not use the GPU then), the harness starts
 again without that module (the children that need it import it themselves); the hello says which and how long each
@@ -33,6 +34,7 @@ import torch
 from isolate import Build, run_isolated
 from probe_kernels import attention, gates, linear, moe
 from probe_kernels.inputs import KernelLayer
+from starts import Starts
 from verdict import classify
 
 # relative Frobenius error allowed: bf16 output of exact inputs; and where the kernel itself quantizes an
@@ -168,12 +170,20 @@ def serve(skip: list[str], chains: list[str] | None) -> None:
     answer({"kernels": sorted(KERNELS), "preload_errors": errors, "cuda_initialized_by": skip or None,
             "preload_s": took, "t_ready": time.monotonic()})  # fmt: skip
     request = json.loads(sys.stdin.readline())
+    starts = Starts(request.get("starts", 1))
+
+    def ended(job: dict, result: dict) -> list[dict]:
+        again, combined = starts.record(job, result)
+        if combined is not None:
+            answer({"chain": job["chain"], "kernel": job["kernel"], **combined})
+        return again
+
     run_isolated(
         request["jobs"],
         probe,
         request["timeout_s"],
         request["parallel"],
-        lambda job, result: answer({"chain": job["chain"], "kernel": job["kernel"], **result}),
+        ended,
         NOISE,
         {name: Build(**b) for name, b in request.get("builds", {}).items()},
     )

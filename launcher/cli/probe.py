@@ -47,6 +47,12 @@ DECLARED = {True: "yes", False: "no", None: "?"}
     "H200's build needs, ending under 2 minutes].",
 )
 @click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    help="Process starts each correctly measured kernel is timed in; two kernels whose gap lies inside the spread "
+    "of their starts are reported as a tie, and profile write changes nothing on a tie [default: 3].",
+)
+@click.option(
     "--recheck",
     "recheck_ref",
     help="A profile: re-run the probes behind its kernel choices and say "
@@ -61,6 +67,7 @@ def probe(
     only: tuple[str, ...] | None,
     timeout_s: float,
     build_wait_s: float | None,
+    starts: int | None,
     recheck_ref: str | None,
     python: Path | None,
 ) -> int:
@@ -90,6 +97,7 @@ def probe(
         quantization=quantization,
         every=every,
         build_wait_s=stage.BUILD_WAIT_S if build_wait_s is None else build_wait_s,
+        starts=stage.STARTS if starts is None else starts,
     )
     checked = recheck.recheck(steered, report) if steered else None
     if as_json:
@@ -170,6 +178,11 @@ def render(report: ProbeReport, checked: Recheck | None) -> str:
             pick, top = report.recommended.get(chain), report.fastest.get(chain)
             extra = f" (fastest measured: {top}, which vLLM declares unsupported here)" if top != pick else ""
             lines.append(f"recommended: {pick or 'none measured'}{extra}")
+            if report.ties.get(chain):
+                lines.append(
+                    f"  a tie with {', '.join(report.ties[chain])}: the gap lies inside the spread of "
+                    f"{report.starts} process starts (profile write keeps vLLM's choice on a tie)"
+                )
     if report.selection.left_out:
         lines.append("\nleft out (--all probes every chain):")
         lines += [f"  {chain}: {why}" for chain, why in report.selection.left_out.items()]

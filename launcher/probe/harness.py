@@ -25,6 +25,9 @@ from launcher.probe.selection import Layer, shapes_for
 # took ~8 s on the H200, JIT compiles longer), so half the cores, at most 6 (each child holds a CUDA context)
 PARALLEL = max(1, min(6, (os.cpu_count() or 2) // 2))
 HARNESS_START_S = 180.0  # importing torch + vLLM + FlashInfer on a cold disk
+# process starts per kernel measured correctly: its first, then again in fresh children (launcher/child/starts.py),
+# so that a gap between two kernels can be told from the spread of their repeats (launcher/ranking.py's tie rule)
+STARTS = 3
 
 
 def slow_first(k: KernelResult) -> int:
@@ -46,10 +49,12 @@ def probe_all(
     builds: dict[str, dict[str, Any]] | None = None,
     start: float | None = None,
     timeline: dict[str, Any] | None = None,
+    starts: int = STARTS,
 ) -> bool:
     """Hand every kernel the harness can drive to it and record its answers as they come; returns whether the
     run was interrupted (Ctrl-C). Kernels it never answered for say why. A kernel that needs one of `builds`
-    waits for it in the harness; times are made relative to `start` (monotonic) and go into `timeline`."""
+    waits for it in the harness; times are made relative to `start` (monotonic) and go into `timeline`. Each
+    kernel measured correctly is timed in `starts` process starts in all."""
     builds = builds or {}
     start = time.monotonic() if start is None else start
     timeline = {} if timeline is None else timeline
@@ -77,8 +82,8 @@ def probe_all(
         job = {"chain": k.chain, "kernel": k.kernel, "shapes": shapes_for(k.chain, layer), "layer": layer.for_child()}
         need = NEEDS_BUILD.get((k.chain, k.kernel))
         jobs.append({**job, "needs": need} if need in builds else job)
-    harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL, "builds": builds})
-    progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time")
+    harness.send({"jobs": jobs, "timeout_s": timeout_s, "parallel": PARALLEL, "builds": builds, "starts": starts})
+    progress(f"{len(jobs)} kernels, {PARALLEL} set up at a time, one timed at a time, {starts} starts each")
     why_unanswered = "the probe harness ended without an answer"
     # a kernel waiting for a build may be answered only when its wait ends
     wait_ends = max((b["wait_until"] - time.monotonic() for b in builds.values()), default=0.0)
@@ -101,6 +106,7 @@ def probe_all(
                 what: round(t - start, 1) if isinstance(t, (int, float)) else None
                 for what, t in (answer.get("t") or {}).items()
             }
+            k.starts = answer.get("starts", [])
             progress(f"{k.chain}: {k.kernel}: {k.status} ({k.seconds:.0f} s)")
     except TimeoutError:
         why_unanswered = f"the probe harness stopped answering for {silence:.0f} s (killed)"

@@ -21,12 +21,12 @@ from launcher.errors import BadInput
 from launcher.paths import CHILD_DIR
 from launcher.probe import chains as chain_table
 from launcher.probe.builds import BUILD_WAIT_S, build_timeline, start_builds
-from launcher.probe.harness import probe_all
-from launcher.probe.report import KernelResult, ProbeReport, rank
+from launcher.probe.harness import STARTS, probe_all
+from launcher.probe.report import KernelResult, ProbeReport, rank, ties
 from launcher.probe.selection import Layer, chains_for, model_layer, model_quantization, profile_quantization
 
-# what the CLI takes from here (the stage's entry point, its default build wait, a profile's quantization)
-__all__ = ["BUILD_WAIT_S", "KernelResult", "ProbeReport", "profile_quantization", "read_chains", "run"]
+# what the CLI takes from here (the stage's entry point, its defaults, a profile's quantization)
+__all__ = ["BUILD_WAIT_S", "STARTS", "KernelResult", "ProbeReport", "profile_quantization", "read_chains", "run"]
 
 
 def read_chains(
@@ -71,10 +71,11 @@ def run(
     quantization: str | None = None,
     every: bool = False,
     build_wait_s: float = BUILD_WAIT_S,
+    starts: int = STARTS,
 ) -> ProbeReport:
     """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given.
     Kernels waiting for a FlashInfer JIT build are waited for until `build_wait_s` after the start, then
-    reported not-built (the build goes on)."""
+    reported not-built (the build goes on). A kernel measured correctly is timed in `starts` process starts."""
     layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
     if model is not None:
         layer = replace(layer, static_activations=model_quantization(model, quantization).static_activations)
@@ -109,9 +110,11 @@ def run(
         kernels = chain_members(chains, selection.chains)
         sources = {c: where for c, where in sources.items() if c in selection.chains}
         report = ProbeReport(gpu, interpreter, vllm_version, sources, kernels, {}, {}, 0.0, layer, selection=selection)
-        report.timeline = timeline
+        report.timeline, report.starts = timeline, starts
         if harness is not None:
-            report.interrupted = probe_all(harness, kernels, layer, timeout_s, progress, builds, start, timeline)
+            report.interrupted = probe_all(
+                harness, kernels, layer, timeout_s, progress, builds, start, timeline, starts
+            )
     finally:
         if harness is not None:
             harness.close()
@@ -119,5 +122,6 @@ def run(
         timeline["builds"] = {name: build_timeline(b, start) for name, b in builds.items()}
     if gpu is not None:
         report.recommended, report.fastest = rank(kernels)
+        report.ties = ties(kernels, report.recommended)
     report.seconds = time.monotonic() - start
     return report

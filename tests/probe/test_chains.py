@@ -178,9 +178,10 @@ class RecordedHarness:
         self.answers: list[dict[str, Any]] = [{"kernels": [list(key) for key in self.recorded]}]
 
     sent: ClassVar[list[dict[str, Any]]] = []
+    starts: ClassVar[int | None] = None
 
     def send(self, message: dict[str, Any]) -> None:
-        RecordedHarness.sent = message["jobs"]
+        RecordedHarness.sent, RecordedHarness.starts = message["jobs"], message.get("starts")
         for job in message["jobs"]:
             k = self.recorded[(job["chain"], job["kernel"])]
             self.answers.append({**k, "noise": k["noise_lines"]})
@@ -197,11 +198,11 @@ class RecordedHarness:
 
 KERNEL_KEYS = {
     "chain", "kernel", "position", "declared", "declared_reason", "status", "error", "shapes", "noise_lines",
-    "seconds", "setup_s", "timed_s", "timeline",
+    "seconds", "setup_s", "timed_s", "timeline", "starts",
 }  # fmt: skip
 REPORT_KEYS = {
     "schema", "gpu", "python", "vllm_version", "chain_sources", "recommended", "fastest_measured", "seconds",
-    "interrupted", "layer", "chains_probed", "chains_left_out", "timeline", "kernels",
+    "interrupted", "layer", "chains_probed", "chains_left_out", "timeline", "kernels", "starts", "ties",
 }  # fmt: skip
 
 
@@ -227,7 +228,21 @@ def test_probe_json_contract_with_a_gpu(monkeypatch: pytest.MonkeyPatch, capsys:
     assert len(ok) == 9 and all("relative" in s for k in ok for s in k["shapes"])
     # this interpreter has no vLLM to declare FlashInfer's FP8 GEMM unsupported on SM90, so the fastest is picked
     assert doc["recommended"] == {"fp8_dense": "FlashInferFP8ScaledMMLinearKernel", "attention": "FLASH_ATTN"}
+    # the capture timed each kernel in one start: nothing can be told a tie, and the harness was asked for three
+    assert doc["starts"] == 3 and RecordedHarness.starts == 3
+    assert doc["ties"] == {"fp8_dense": [], "attention": []}
     assert doc["chains_left_out"] == dict.fromkeys(("nvfp4_dense", "nvfp4_moe", "fp8_moe"), "not in --only")
+
+
+def test_starts_says_how_often_the_harness_times_each_kernel(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(stage, "nvml_facts", lambda: {"ok": True, "gpus": [H200]})
+    monkeypatch.setattr(stage, "Conversation", RecordedHarness)
+    doc = probe_json(capsys, "--only", "attention", "--starts", "1", code=0)
+    assert doc["starts"] == 1 and RecordedHarness.starts == 1
+    assert main(["probe", "--python", sys.executable, "--starts", "0"]) == 2
+    assert "--starts" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
