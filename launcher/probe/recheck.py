@@ -15,7 +15,7 @@ class RecheckRow:
     chain: str
     profile_gets: str
     probe_recommends: str | None
-    still_best: bool  # the same kernel, or within MARGIN of the fastest
+    still_best: bool  # the same kernel, within MARGIN of the fastest, or tied with it
 
     def to_json(self) -> dict[str, object]:
         return {

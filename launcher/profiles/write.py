@@ -12,7 +12,7 @@ from typing import Any
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
 from launcher.profiles.profile import EAGER_COST, ServingProfile, parse_profile
-from launcher.ranking import relative_speed
+from launcher.ranking import relative_speed, start_speeds, tied
 
 MIN_HEADROOM_GIB = 4.0
 MAX_HEADROOM_GIB = 14.0  # the seed: 0.85 of a 96 GB card (14 GiB outside) fit graph capture, 0.9 (9.6) did not
@@ -94,6 +94,23 @@ def speed(probe: dict[str, Any], chain: str, kernel: str) -> float | None:
     return None
 
 
+def _tie(probe: dict[str, Any], chain: str, a: str, b: str) -> bool:
+    """Whether two kernels measured correctly are a tie: their gap inside the spread of their process starts."""
+    starts = {
+        k["kernel"]: start_speeds(k["shapes"])
+        for k in probe["kernels"]
+        if k["chain"] == chain and k["kernel"] in (a, b) and k["status"] == "ok"
+    }
+    return tied(starts.get(a, []), starts.get(b, []))
+
+
+def _tie_note(chain: str, pick: str, default: str) -> str:
+    return (
+        f"{chain}: {pick} and vLLM's choice {default} are a tie (the gap between them lies inside the spread of "
+        "their process starts): vLLM's choice kept"
+    )
+
+
 def _shape_count(probe: dict[str, Any], chain: str, kernel: str) -> int:
     return next((len(k["shapes"]) for k in probe["kernels"] if k["chain"] == chain and k["kernel"] == kernel), 0)
 
@@ -113,6 +130,9 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
         members = chain_members(probe, chain)
         default = effective_choice(members, [])
         if not pick or pick == default:
+            continue
+        if default and _tie(probe, chain, pick, default):
+            notes.append(_tie_note(chain, pick, default))
             continue
         ours, theirs = speed(probe, chain, pick), speed(probe, chain, default) if default else None
         if ours and theirs and theirs / ours <= MARGIN:
@@ -145,6 +165,9 @@ def probe_settings(probe: dict[str, Any], notes: list[str]) -> tuple[dict[str, A
             continue
         if pick == usable[0]:  # the first working kernel in vLLM's own order: vLLM's choice, confirmed
             notes.append(f"{chain}: {pick}, first in vLLM's order, also measured fastest: left to vLLM")
+            continue
+        if _tie(probe, chain, pick, usable[0]):
+            notes.append(_tie_note(chain, pick, usable[0]))
             continue
         measured = f"{chain}: {pick} measured fastest and correct of {', '.join(usable)} ({_where(probe)})"
         if chain == "attention":
@@ -231,7 +254,7 @@ def rechecked_chains(profile: ServingProfile) -> list[str]:
 
 def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, str, str | None, bool]]:
     """Per chain the profile steers: (chain, what the profile gets, what the probe now recommends, still best
-    within MARGIN)."""
+    within MARGIN or tied with it)."""
     rows = []
     disabled = list(profile.settings.get("disabled_kernels", []))
     for chain in LINEAR_CHAINS:
@@ -239,14 +262,16 @@ def recheck(profile: ServingProfile, probe: dict[str, Any]) -> list[tuple[str, s
         pick = probe["recommended"].get(chain)
         if got and pick:
             ours, theirs = speed(probe, chain, pick), speed(probe, chain, got)
-            rows.append((chain, got, pick, got == pick or bool(ours and theirs and theirs / ours <= MARGIN)))
+            close = bool(ours and theirs and theirs / ours <= MARGIN) or _tie(probe, chain, got, pick)
+            rows.append((chain, got, pick, got == pick or close))
     backend = profile.settings.get("moe_backend")
     for chain in MOE_CHAINS:
         pick = probe["recommended"].get(chain)
         if backend and pick:
-            rows.append((chain, backend, pick, backend == MOE_FLAG[chain].get(pick)))
+            got = next((name for name, flag in MOE_FLAG[chain].items() if flag == backend), backend)
+            rows.append((chain, backend, pick, got == pick or _tie(probe, chain, got, pick)))
     attention = profile.settings.get("attention_backend")
     if attention and probe["recommended"].get("attention"):
         pick = probe["recommended"]["attention"]
-        rows.append(("attention", attention, pick, attention == pick))
+        rows.append(("attention", attention, pick, attention == pick or _tie(probe, "attention", attention, pick)))
     return rows

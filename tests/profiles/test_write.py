@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from launcher.cli.main import main
-from launcher.profiles.profile import load_profile
-from launcher.profiles.write import memory_setting, recheck
-from tests.helpers import FIXTURES
+from launcher.profiles.profile import ServingProfile, load_profile
+from launcher.profiles.write import MARGIN, memory_setting, recheck, speed
+from tests.helpers import FIXTURES, h200_three_starts
 
 FIX = FIXTURES
 PROBE = FIX / "probe" / "h200-vllm026-2026-11-30.json"
@@ -143,3 +143,57 @@ def test_moe_backend_is_set_only_to_a_value_every_moe_chain_accepts(
         assert note in out.read_text()
     if setting:
         assert recheck(prof, doc)[-1] == ("fp8_moe", "marlin", "MARLIN", True)
+
+
+TORCH_FP8, CUTLASS_FP8 = "PerTensorTorchFP8ScaledMMLinearKernel", "CutlassFP8ScaledMMLinearKernel"
+
+
+def write(tmp_path: Path, doc: dict[str, Any]) -> tuple[ServingProfile, str]:
+    evidence, out = tmp_path / "probe.json", tmp_path / "p.toml"
+    evidence.write_text(json.dumps(doc))
+    assert main(["profile", "write", "--name", "p", "--from", str(evidence), "--out", str(out)]) == 0
+    return load_profile(str(out)), out.read_text()
+
+
+def slower_start(doc: dict[str, Any], kernel: str, factor: float) -> dict[str, Any]:
+    """The report with `kernel`'s third process start `factor` times slower at every shape (a constructed start)."""
+    doc = copy.deepcopy(doc)
+    for s in next(k for k in doc["kernels"] if k["kernel"] == kernel)["shapes"]:
+        s["relative_starts"][2] = round(s["relative_starts"][2] * factor, 3)
+    return doc
+
+
+def test_the_h200_runs_as_three_starts_write_what_they_measured(tmp_path: Path) -> None:
+    """The three H200 runs as the starts of one probe: per-tensor torch's FP8 GEMM ahead of CUTLASS in every
+    start, 6.2% apart in the median, past the margin and outside the spread: CUTLASS is disabled, no tie said."""
+    prof, text = write(tmp_path, h200_three_starts())
+    assert prof.settings["disabled_kernels"] == [CUTLASS_FP8]
+    assert f"{TORCH_FP8} measured fastest and correct by 6.2% (geomean over 15 shapes)" in prof.why["disabled_kernels"]
+    assert "a tie" not in text
+
+
+def test_profile_write_changes_no_flag_on_a_tie(tmp_path: Path) -> None:
+    """A constructed third start of per-tensor torch 10% slower widens its spread past CUTLASS's fastest start:
+    the 6% gap is a tie, vLLM's choice stays (the 5% margin alone would have disabled CUTLASS), and a profile
+    that leaves CUTLASS to vLLM still rechecks as best."""
+    doc = {**slower_start(h200_three_starts(), TORCH_FP8, 1.10), "_path": "probe.json"}
+    assert speed(doc, "fp8_dense", CUTLASS_FP8) / speed(doc, "fp8_dense", TORCH_FP8) > MARGIN  # type: ignore[operator]
+    prof, text = write(tmp_path, doc)
+    assert "disabled_kernels" not in prof.settings
+    assert (
+        f"# fp8_dense: {TORCH_FP8} and vLLM's choice {CUTLASS_FP8} are a tie (the gap between them lies inside the "
+        "spread of their process starts): vLLM's choice kept"
+    ) in text.splitlines()
+    assert recheck(load_profile("sm90"), doc)[0] == ("fp8_dense", CUTLASS_FP8, TORCH_FP8, True)
+
+
+def test_a_moe_backend_is_not_set_on_a_tie(tmp_path: Path) -> None:
+    """Constructed: Marlin recommended for FP8 MoE, its three starts overlapping those of vLLM's first working
+    backend (its CUTLASS): no --moe-backend."""
+    doc = moe_doc("MARLIN")
+    for name, starts in (("MARLIN", [1.0, 1.02, 1.04]), ("VLLM_CUTLASS", [1.03, 1.05, 1.07])):
+        for s in next(k for k in doc["kernels"] if k["chain"] == "fp8_moe" and k["kernel"] == name)["shapes"]:
+            s["relative_starts"] = starts
+    prof, text = write(tmp_path, doc)
+    assert "moe_backend" not in prof.settings
+    assert "# fp8_moe: MARLIN and vLLM's choice VLLM_CUTLASS are a tie" in text
