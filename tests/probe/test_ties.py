@@ -5,7 +5,9 @@ table. The real H200 runs of 2026-11-30 serve as the starts of one run (tests/he
 from __future__ import annotations
 
 import copy
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from launcher.cli.probe import render
 from launcher.engine import resolve_python
 from launcher.probe.report import KernelResult, ProbeReport, ties
 from launcher.ranking import start_speeds
-from tests.helpers import h200_three_starts
+from tests.helpers import ROOT, h200_three_starts
 
 SHAPE = {"m": 16, "n": 256, "k": 256}
 
@@ -99,7 +101,7 @@ def speeds(kernels: list[KernelResult], name: str) -> list[float]:
 
 
 def test_the_h200_runs_as_starts_tie_nowhere() -> None:
-    """On the H200, per-tensor torch's FP8 GEMM spread 3.7% over its three starts, and vLLM's CUTLASS was slower
+    """On the H200, per-tensor torch's FP8 GEMM spread 3.6% over its three starts, and vLLM's CUTLASS was slower
     in each of its two than torch in its slowest: a difference, not a tie (so profile write may act on it)."""
     doc = h200_three_starts()
     assert doc["ties"] == {chain: [] for chain in ("fp8_dense", "nvfp4_dense", "nvfp4_moe", "fp8_moe", "attention")}
@@ -148,3 +150,16 @@ def test_the_table_says_which_kernels_tie() -> None:
     )
     assert report.to_json()["ties"]["fp8_dense"] == ["CutlassFP8ScaledMMLinearKernel"]
     assert sum(line.startswith("  a tie with") for line in lines) == 1
+
+
+def test_the_gpu_script_summary_shows_each_start(tmp_path: Path) -> None:
+    """benchmarks/probe_starts_summary.py on the H200 runs as three starts: the run's line, then per kernel its
+    speed in each start and their spread."""
+    (tmp_path / "probe-dense-3.json").write_text(json.dumps(h200_three_starts()))
+    (tmp_path / "times.txt").write_text("dense-3 exit 0 in 61.2 s (limit 120 s)\n")
+    script = ROOT / "benchmarks/probe_starts_summary.py"
+    r = subprocess.run([sys.executable, script, tmp_path], capture_output=True, text=True, check=True)
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[:3] == ["dense-3", "61.2", "0"] and lines[1].split()[4] == "3"
+    torch = next(line for line in lines if line.strip().startswith("PerTensorTorchFP8ScaledMMLinearKernel"))
+    assert "starts 1.072 1.034 1.046  spread 3.6%" in torch
