@@ -14,8 +14,11 @@ __all__ = ["atomic_write_text", "create_exclusive", "json_document", "table"]
 
 
 def json_document(command: str, payload: Mapping[str, Any]) -> str:
-    """A command's machine output; `schema` comes first so readers can dispatch on it."""
-    return json.dumps({"schema": f"nemolaunch.{command}/1", **payload}, indent=2, default=str)
+    """A command's machine output; `schema` comes first so readers can dispatch on it. A document that names its
+    own schema (bench's summary.json, ab.json, tune.json) keeps it: --json prints what the file holds."""
+    schema = payload.get("schema") or f"nemolaunch.{command}/1"
+    body = {k: v for k, v in payload.items() if k != "schema"}
+    return json.dumps({"schema": schema, **body}, indent=2, default=str)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

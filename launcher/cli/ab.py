@@ -120,7 +120,7 @@ def ab(
     out = out or default_out("ab-results", "ab")
     outcome = stage.run_ab(cfg, out, say=lambda m: click.echo(m, err=True))
     if as_json:
-        click.echo(json_document("ab", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+        click.echo(json_document("ab", outcome.doc))
     else:
         click.echo(ab_text(outcome.doc))
     click.echo(f"nemolaunch: {outcome.message}; results: {out}/ab.json, report.md", err=True)
@@ -202,7 +202,7 @@ def tune(
     out = out or default_out("tune-results", "tune")
     outcome = stage.run_tune(cfg, out, say=lambda m: click.echo(m, err=True))
     if as_json:
-        click.echo(json_document("tune", {k: v for k, v in outcome.doc.items() if k != "schema"}))
+        click.echo(json_document("tune", outcome.doc))
     else:
         click.echo(tune_text(outcome.doc))
     click.echo(f"nemolaunch: {outcome.message}", err=True)

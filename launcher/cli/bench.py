@@ -158,7 +158,7 @@ def bench(
         outcome = stage.run(cfg, out, None, say)
     levels_done = outcome.summary.get("levels", [])
     if as_json:
-        click.echo(json_document("bench", {k: v for k, v in outcome.summary.items() if k != "schema"}))
+        click.echo(json_document("bench", outcome.summary))
     else:
         click.echo(table(*headers_for(levels_done)))
         for warning in outcome.summary.get("warnings", []):

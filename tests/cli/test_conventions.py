@@ -131,3 +131,21 @@ def test_engine_interpreter_that_does_not_exist_is_bad_input(
 def test_python_dash_m_launcher_works() -> None:
     r = run("--version")
     assert r.returncode == 0 and r.stdout == f"nemolaunch, version {__version__}\n"
+
+
+@pytest.mark.parametrize("command", [["ab", "--a", "cpu", "--b", "cpu"], ["tune"]], ids=["ab", "tune"])
+def test_json_prints_the_schema_the_document_names(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ab.json and tune.json name their own schema; `--json` prints it, not the generic /1. The stage is replaced:
+    what is tested is how the CLI prints the document the stage hands it."""
+    from launcher.ab import run as ab_run
+    from launcher.ab import tune as ab_tune
+    from launcher.ab.document import AB_SCHEMA, TUNE_SCHEMA
+
+    schema = AB_SCHEMA if command[0] == "ab" else TUNE_SCHEMA
+    doc = {"schema": schema, "runs": 1}
+    monkeypatch.setattr(ab_run, "run_ab", lambda *args, **kwargs: ab_run.AbOutcome(0, "done", doc))  # type: ignore[arg-type]
+    monkeypatch.setattr(ab_tune, "run_tune", lambda *args, **kwargs: ab_tune.TuneOutcome(0, "done", doc))  # type: ignore[arg-type]
+    assert main([*command, "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert capsys.readouterr().out == f'{{\n  "schema": "{schema}",\n  "runs": 1\n}}\n'
