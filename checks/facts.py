@@ -25,6 +25,7 @@ import psutil
 from checks import child
 from checks.child.dists import VLLM_DISTRIBUTIONS
 from checks.files import atomic_write_text, cache_dir
+from checks.model_config import ConfigError, read_model_config, size
 from checks.proc import run_child, run_python
 from checks.secrets import redact_env
 from checks.seqmem import sequence_memory
@@ -316,15 +317,15 @@ def model_facts(model: Path | None) -> dict[str, Any] | None:
     }
     if config.is_file():
         try:
-            cfg = json.loads(config.read_text())
+            cfg = read_model_config(config)
             facts["architectures"] = cfg.get("architectures")
-            text = cfg.get("text_config") or cfg  # multimodal configs nest the language model's
             for key in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers"):
-                facts[key] = text.get(key)
-            facts["quantization"] = (cfg.get("quantization_config") or {}).get("quant_method")
+                facts[key] = size(cfg, key, config, limit=1 << 20)
+            quantization = cfg.get("quantization_config")
+            facts["quantization"] = quantization.get("quant_method") if isinstance(quantization, dict) else None
             seq = sequence_memory(cfg)
             facts["sequence_memory"] = asdict(seq) if seq else None
-        except (OSError, json.JSONDecodeError) as e:
+        except ConfigError as e:
             facts["config_error"] = str(e)
     return facts
 

@@ -3,6 +3,7 @@ KV heads, pipeline parallelism splits layers, and one node's ranks need that man
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from checks.facts import Facts
@@ -15,7 +16,18 @@ def check(facts: Facts) -> list[CheckResult]:
         return [CheckResult("parallel", "parallel", "skip", "no --profile given")]
     results = []
     model = facts.get("model")
-    if model is None or model.get("num_attention_heads") is None:
+    if model is not None and model.get("config_error"):
+        results.append(
+            CheckResult(
+                "parallel.model",
+                "parallel",
+                "fail",
+                model["config_error"],
+                "the model's config.json as published",
+                "give the model's folder with its config.json unedited",
+            )
+        )
+    elif model is None or model.get("num_attention_heads") is None:
         results.append(CheckResult("parallel.model", "parallel", "skip", "no --model with a config.json to split"))
     else:
         results += _split(layout, model)
@@ -111,4 +123,6 @@ def _gpus(facts: Facts, layout: dict[str, Any]) -> CheckResult:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """n's divisors in order, found in O(sqrt n) (a head count is read from a config.json anyone can write)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})

@@ -14,6 +14,8 @@ from launcher.errors import BadInput
 MAX_CONCURRENCY = 16384  # far above any one server's max_num_seqs; beyond it the client itself is the test
 MAX_PROMPTS = 1_000_000
 MAX_CLIENT_PROCESSES = 256
+MAX_LEVEL_S = 86_400.0  # a rate level whose arrivals would take longer than a day is a typo, not a benchmark
+BURSTINESS = (0.01, 1000.0)  # gamma shapes outside these give offsets of 0 or inf (1e-300 gave NaN)
 STREAMS_PER_PROCESS = 128  # one Python process keeps up with about this many fast streams (README)
 SLO_METRICS = ("ttft", "tpot", "e2el")  # vLLM bench serve's --goodput names, in milliseconds
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -217,10 +219,25 @@ def validate(cfg: BenchConfig) -> None:
         raise BadInput("a --context-lens sweep runs at one concurrency", "give one --concurrency value")
     if any(not (math.isfinite(r) and r > 0) for r in cfg.request_rates):
         raise BadInput("--request-rate takes positive numbers of requests per second")
+    for rate in cfg.request_rates:  # each rate level sends rate x duration (10 s by default) prompts
+        count = cfg.prompts_for(None, rate)
+        if count > MAX_PROMPTS:
+            raise BadInput(
+                f"--request-rate {rate:g} would send {count:,} prompts per level, beyond the limit of {MAX_PROMPTS:,}",
+                "give a lower rate, a shorter --duration or --num-prompts",
+            )
+        if count / rate > MAX_LEVEL_S:
+            raise BadInput(
+                f"--request-rate {rate:g} would take {count / rate:,.0f} s to send {count} prompts",
+                f"give a rate of at least {count / MAX_LEVEL_S:.2g} requests/s, or fewer --num-prompts",
+            )
     if cfg.arrival not in ARRIVALS:
         raise BadInput(f"--arrival {cfg.arrival!r} is not one of {', '.join(ARRIVALS)}")
-    if not (math.isfinite(cfg.burstiness) and cfg.burstiness > 0):
-        raise BadInput("--burstiness must be a positive number (below 1: burstier than Poisson, above: steadier)")
+    if not (math.isfinite(cfg.burstiness) and BURSTINESS[0] <= cfg.burstiness <= BURSTINESS[1]):
+        raise BadInput(
+            f"--burstiness {cfg.burstiness:g} is outside {BURSTINESS[0]:g}..{BURSTINESS[1]:g}",
+            "below 1 is burstier than Poisson, above 1 steadier; give e.g. 0.5 or 4",
+        )
     for name, seconds in (("request-timeout", cfg.request_timeout_s), ("stall-timeout", cfg.stall_timeout_s)):
         if not (math.isfinite(seconds) and seconds > 0):
             raise BadInput(f"--{name} {seconds} is not a positive number of seconds", "give e.g. 600")
