@@ -30,6 +30,17 @@ def tiny_model(engine_python: Path) -> Path:
     return paths[1].resolve()  # absolute: tests run nemolaunch from other folders
 
 
+@pytest.fixture(scope="session")
+def fake_engine_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The stand-in engine (tests/fake_engine.py); whatever a failed test left of it is killed at the end."""
+    from tests.fake_engine import engine_processes, fake_engine
+
+    python = fake_engine(tmp_path_factory.mktemp("fake-engine"))
+    yield python
+    for p in engine_processes(python):
+        p.kill()
+
+
 @pytest.fixture
 def port() -> Iterator[int]:
     yield free_port()

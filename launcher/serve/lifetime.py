@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -88,23 +87,22 @@ def async_interrupts(on_signal: Callable[[], Any]) -> Iterator[None]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _prctl() -> Callable[[int, int], int] | None:
-    path = ctypes.util.find_library("c")
-    if not sys.platform.startswith("linux") or path is None:
+def tied_to_parent() -> Callable[[], None] | None:
+    """A server's preexec_fn: the kernel sends it SIGTERM when nemolaunch dies (None off Linux). prctl is looked up
+    here, in the parent, so the child between fork and exec only calls it."""
+    if not sys.platform.startswith("linux"):
         return None
-    fn = ctypes.CDLL(path, use_errno=True).prctl
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc's, already loaded: no library search
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
 
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
-_PRCTL = _prctl()  # looked up before any fork: the child only calls it
-
-
-def die_with_parent() -> None:
-    """preexec_fn of a server: the kernel sends it SIGTERM when nemolaunch dies (a no-op off Linux)."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return preexec
 
 
 @dataclass

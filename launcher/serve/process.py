@@ -24,7 +24,7 @@ import psutil
 from checks.proc import spawn_group, stop_group
 from checks.secrets import bearer
 from launcher.errors import NemolaunchError
-from launcher.serve.lifetime import Tether, die_with_parent
+from launcher.serve.lifetime import Tether, tied_to_parent
 
 
 def get_json(url: str, timeout: float = 5.0, key: str | None = None) -> Any:
@@ -79,7 +79,7 @@ class Server:
             if header:
                 log.write(header.encode() + b"\n")
                 log.flush()
-            proc = spawn_group(argv, env, log, preexec=die_with_parent)
+            proc = spawn_group(argv, env, log, preexec=tied_to_parent())
         return cls(proc, url, log_path, key, tether=Tether.tie(proc.pid))
 
     def alive(self) -> bool:

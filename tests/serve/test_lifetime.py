@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -19,17 +18,14 @@ import pytest
 
 from launcher.bench import BenchConfig, run
 from launcher.serve import lifetime
-from tests.fake_engine import engine_processes, fake_engine
+from tests.fake_engine import engine_processes
 from tests.fake_server import serving
 from tests.helpers import ROOT, free_port
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    python = fake_engine(tmp_path_factory.mktemp("fake-engine"))
-    yield python
-    for p in engine_processes(python):  # a failed test must not leave its stand-ins running
-        p.kill()
+@pytest.fixture
+def engine(fake_engine_python: Path) -> Path:
+    return fake_engine_python
 
 
 def nemolaunch(tmp_path: Path, *args: str) -> subprocess.Popen[str]:

@@ -218,3 +218,28 @@ def test_absurd_settings_are_refused_with_file_and_line(
     assert capsys.readouterr().err == (
         f"nemolaunch: {path}:3: {line}; fix the profile (nemolaunch profile show cpu prints an example)\n"
     )
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [["--host", "0.0.0.0"], ["--api-key", "sk-shape-0123456789abcdefghij"], ["--trust-remote-code", "true"]],
+    ids=["host", "api-key", "trust-remote-code"],
+)
+def test_a_shared_shape_folder_cannot_set_what_nemolaunch_owns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: list[str]
+) -> None:
+    """A shape folder is data meant to be shared: its serve_args may say how to load the model, nothing else (the
+    trust pass's case 113: `--host 0.0.0.0` from a copied folder was appended with no warning)."""
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    (shape / "config.json").write_text("{}")
+    marker = {"schema": "nemolaunch.shape/1", "serve_args": ["--load-format", "dummy", *planted]}
+    (shape / "nemolaunch-shape.json").write_text(json.dumps(marker))
+    rc = main(["serve", "--profile", "cpu", "--model", str(shape), "--vllm-version", "0.32.0"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [
+        f"nemolaunch: {shape}/nemolaunch-shape.json: serve_args sets {planted[0]}, which a model shape may not set (it "
+        "may set only --load-format, --quantization, --hf-overrides, --dtype, --kv-cache-dtype, --max-model-len); "
+        "write the folder again with `nemolaunch model shape`; give serve's own options for the rest"
+    ]

@@ -79,7 +79,7 @@ def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
     terminal echo breaks (a closed pipe) on the second line; the follower must stop with one line naming it."""
     import threading
 
-    from launcher.serve.run import LogWatch, _follow
+    from launcher.serve.watch import LogWatch, follow
 
     log = tmp_path / "vllm.log"
     log.write_text("INFO starting\nINFO loading\nINFO more\n")
@@ -93,7 +93,7 @@ def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
 
     watch = LogWatch(said.append, echo, None)
     stop = threading.Event()  # never set: only the failure can end the follower
-    follower = threading.Thread(target=_follow, args=(log, stop, watch.line, said.append), daemon=True)
+    follower = threading.Thread(target=follow, args=(log, stop, watch.line, said.append), daemon=True)
     follower.start()
     follower.join(timeout=10)
     assert not follower.is_alive()
@@ -103,10 +103,10 @@ def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
 def test_a_vanished_log_stops_the_follower_with_a_line(tmp_path: Path) -> None:
     import threading
 
-    from launcher.serve.run import _follow
+    from launcher.serve.watch import follow
 
     said: list[str] = []
-    _follow(tmp_path / "gone.log", threading.Event(), lambda n, t: None, said.append)
+    follow(tmp_path / "gone.log", threading.Event(), lambda n, t: None, said.append)
     (line,) = said
     assert line.startswith("nemolaunch: live log diagnosis stopped at log line 0: FileNotFoundError")
 
@@ -116,14 +116,14 @@ def test_the_follower_numbers_lines_as_the_log_file_does(tmp_path: Path) -> None
     live findings name the same line numbers as `nemolaunch diagnose` and grep -n."""
     import threading
 
-    from launcher.serve.run import _follow
+    from launcher.serve.watch import follow
 
     log = tmp_path / "vllm.log"
     log.write_bytes(b"Loading shards:   0%\rLoading shards: 100%\nRuntimeError: boom\n")
     seen: list[tuple[int, str]] = []
     stop = threading.Event()
     stop.set()  # drain the file, then return
-    _follow(log, stop, lambda n, t: seen.append((n, t)))
+    follow(log, stop, lambda n, t: seen.append((n, t)))
     assert seen == [(1, "Loading shards:   0%\rLoading shards: 100%"), (2, "RuntimeError: boom")]
 
 
@@ -131,12 +131,12 @@ def test_live_diagnosis_of_a_real_dead_server_names_the_root_line_and_stage() ->
     """The real CPU-engine log of a truncated checkpoint (tests/fixtures/logs), replayed through the follower."""
     import threading
 
-    from launcher.serve.run import LogWatch, _follow
+    from launcher.serve.watch import LogWatch, follow
 
     watch = LogWatch(lambda text: None, None, None)
     stop = threading.Event()
     stop.set()
-    _follow(FIXTURES / "logs" / "cpu-vllm032-broken-weights-2026-12-01.log", stop, watch.line)
+    follow(FIXTURES / "logs" / "cpu-vllm032-broken-weights-2026-12-01.log", stop, watch.line)
     reason = watch.root_cause()
     assert reason is not None
     assert reason.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header")
