@@ -62,13 +62,19 @@ def redact_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else redact_text(v)) for k, v in environ.items()}
 
 
+def _numbers(value: Any) -> bool:
+    """A number, or lists of numbers (ab's answer_tokens: the token ids of each greedy answer)."""
+    if isinstance(value, list | tuple):
+        return all(_numbers(v) for v in value)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _masked(key: Any, value: Any) -> bool:
-    """Whether a value goes under the mask for its key's name alone: any value under a secret-named key, except a
-    number under a name that counts tokens."""
+    """Whether a value goes under the mask for its key's name alone: any value under a secret-named key, except
+    numbers under a name that counts or lists tokens (resume reads ab's answer_tokens back: masking broke it)."""
     if not (isinstance(key, str) and is_secret_name(key) and value):
         return False
-    counted = isinstance(value, int | float) and not isinstance(value, bool)
-    return not (counted and _TOKEN_COUNT_NAME.search(key))
+    return not (_numbers(value) and _TOKEN_COUNT_NAME.search(key))
 
 
 def redact_obj(obj: Any) -> Any:

@@ -23,8 +23,7 @@ from checks.secrets import redact_obj, redact_text
 from launcher.bench.client import RequestRecord
 from launcher.bench.config import BenchConfig, LevelSpec
 from launcher.bench.stats import LevelResult, tpot_s
-from launcher.errors import NemolaunchError
-from launcher.output import atomic_write_text
+from launcher.output import Unwritable, atomic_write_text
 
 SCHEMA = "nemolaunch.bench/1"
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
@@ -42,21 +41,11 @@ CSV_FIELDS = [
 ]
 
 
-class ResultsUnwritable(NemolaunchError):
-    """The result folder cannot take a write (read-only, full): what was written before stays whole."""
-
-    def __init__(self, path: Path, error: OSError) -> None:
-        super().__init__(
-            f"cannot write {path}: {error.strerror or error}",
-            "give a writable --out folder with free space (what was measured before is kept there)",
-        )
-
-
 def _guarded_write(path: Path, text: str) -> None:
     try:
         atomic_write_text(path, text)
     except OSError as e:
-        raise ResultsUnwritable(path, e) from None
+        raise Unwritable(path, e) from None
 
 
 def level_document(level: LevelResult) -> dict[str, Any]:
@@ -95,9 +84,9 @@ class RequestLog:
         try:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666)
         except OSError as e:
-            raise ResultsUnwritable(path, e) from None
+            raise Unwritable(path, e) from None
         self.size = os.fstat(self.fd).st_size
-        self.error: ResultsUnwritable | None = None
+        self.error: Unwritable | None = None
 
     def write(self, record: RequestRecord) -> None:
         if self.error is not None:
@@ -111,7 +100,7 @@ class RequestLog:
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, self.size)
-            self.error = ResultsUnwritable(self.path, e)
+            self.error = Unwritable(self.path, e)
 
     def check(self) -> None:
         """Raise the first write error, after the level that met it."""

@@ -22,6 +22,7 @@ from launcher.bench.config import BenchConfig, LevelSpec, levels, validate
 from launcher.bench.stats import LevelResult, level_label, summarize
 from launcher.bench.workload import Prompt, Tokenizer, arrival_offsets, exact_prompts, read_dataset
 from launcher.errors import BadInput, ExitCode, NotReady
+from launcher.output import Unwritable, hold
 from launcher.serve.lifetime import async_interrupts
 
 Say = Callable[[str], None]
@@ -235,10 +236,6 @@ async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say
         }
         for w in doc["warnings"]:
             say(f"warning: {w}")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise results.ResultsUnwritable(out, e) from None
         results.write_summary(out, doc)
         log = results.RequestLog(out / "requests.jsonl")
         done: list[LevelResult] = []
@@ -331,24 +328,25 @@ def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) ->
     """The sweep; on Ctrl-C or SIGTERM the summary says where it stopped and every finished request is in
     requests.jsonl. report.md and the plots are written for whatever levels were measured."""
     validate(cfg)
-    _refuse_used(out)
-    try:
-        outcome = procs.run_async(sweep(cfg, out, served, say))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
-        where = doc.get("stopped_at")
-        at = f" at {level_label(where)}" if where else " before the first level"
-        outcome = SweepOutcome(
-            ExitCode.INTERRUPTED,
-            f"interrupted{at}; the levels measured so far and every finished request are in {out}",
-            doc,
-        )
-    if outcome.summary.get("levels"):
+    with hold(out, "bench run"):
+        _refuse_used(out)
         try:
-            _report(outcome.summary, out)
-        except OSError as e:
-            raise results.ResultsUnwritable(out / "report.md", e) from None
-    return outcome
+            outcome = procs.run_async(sweep(cfg, out, served, say))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+            where = doc.get("stopped_at")
+            at = f" at {level_label(where)}" if where else " before the first level"
+            outcome = SweepOutcome(
+                ExitCode.INTERRUPTED,
+                f"interrupted{at}; the levels measured so far and every finished request are in {out}",
+                doc,
+            )
+        if outcome.summary.get("levels"):
+            try:
+                _report(outcome.summary, out)
+            except OSError as e:
+                raise Unwritable(out / "report.md", e) from None
+        return outcome
 
 
 def _refuse_used(out: Path) -> None:
@@ -389,18 +387,14 @@ def run_served(
     """Start vLLM with a profile (nemolaunch serve's machinery), sweep it, stop it; the server's log goes to
     OUT/server.log and the profile and argv into the provenance."""
     from launcher.serve import run as serve
+    from launcher.serve.preflight import preflight
 
-    validate(cfg)  # refuse bad values and a used folder before a server starts
-    _refuse_used(out)
-    plan = serve.make_plan(profile_ref, model, python, "127.0.0.1", port)
+    _refuse_used(out)  # before a server starts
+    plan = preflight(profile_ref, model, python, cfg, port)
     for warning in serve.warnings(plan):
         say(f"warning: {warning}")
     served: dict[str, Any] = plan.provenance()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise results.ResultsUnwritable(out, e) from None
-    with serve.launched(plan, model, out / "server.log", say, echo_log=None) as running:
+    with hold(out, "bench run"), serve.launched(plan, model, out / "server.log", say, echo_log=None) as running:
         served["startup_s"] = round(running.startup_s, 1)
         outcome = run(replace(cfg, url=plan.url, model=running.models[0]), out, served, say)
     _add_roofline(outcome, Path(model), out)

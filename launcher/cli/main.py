@@ -52,21 +52,14 @@ for command in (doctor, probe, profile, serve, bench, ab, tune, compare, diagnos
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The one error boundary: expected errors are one line on stderr; tracebacks only with -v. SIGTERM is
-    Ctrl-C: every command stops its children and exits 130 either way."""
-    import signal
-    import threading
+    """The one error boundary: expected errors are one line on stderr; tracebacks only with -v. SIGTERM and SIGHUP
+    are Ctrl-C: every command stops its children and exits 130 either way. Every line printed has its secrets
+    masked (launcher/output.py)."""
+    from launcher.output import redacted_streams
+    from launcher.serve.lifetime import interrupts
 
-    def terminated(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, terminated) if in_main else None
-    try:
+    with redacted_streams(), interrupts():
         return _main(argv)
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -84,6 +77,13 @@ def _main(argv: list[str] | None) -> int:
             traceback.print_exc()
         click.echo(f"nemolaunch: {e.line()}", err=True)
         return e.code
+    except OSError as e:  # a folder that cannot take a write (read-only, full, a file in the way) or be read
+        if _verbose:
+            traceback.print_exc()
+        from launcher.output import os_error_line
+
+        click.echo(f"nemolaunch: {os_error_line(e)}", err=True)
+        return ExitCode.PROBLEM
     except Exception as e:  # a bug: say so in one line, the traceback with -v
         if _verbose:
             traceback.print_exc()

@@ -150,7 +150,7 @@ def test_a_read_only_out_is_one_line(small_disk: Path, capsys: pytest.CaptureFix
     assert rc == 1
     assert err.splitlines() == [
         f"nemolaunch: cannot write {small_disk}/r: Read-only file system; give a writable --out folder with free "
-        "space (what was measured before is kept there)"
+        "space (what was written before is kept there)"
     ]
 
 
