@@ -386,8 +386,8 @@ def run_served(
 ) -> SweepOutcome:
     """Start vLLM with a profile (nemolaunch serve's machinery), sweep it, stop it; the server's log goes to
     OUT/server.log and the profile and argv into the provenance."""
+    from launcher.bench.preflight import preflight
     from launcher.serve import run as serve
-    from launcher.serve.preflight import preflight
 
     _refuse_used(out)  # before a server starts
     plan = preflight(profile_ref, model, python, cfg, port)

@@ -1,4 +1,4 @@
-"""Usage and environment errors are found before any server starts (serve/preflight.py), through the real CLI:
+"""Usage and environment errors are found before any server starts (bench/preflight.py), through the real CLI:
 one line, exit 2 or 3, no server started, no result folder left."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Everything a server start would otherwise find out, checked before any server starts: serve, bench --profile,
 ab and tune call `preflight` for each configuration first, so a usage or environment error is one line and exit 2
-or 3, never a failed start counted as a result."""
+or 3, never a failed start counted as a result. It lives in bench/ because it judges a bench workload against the
+server (serve/ sits below bench and does not know what a workload is)."""
 
 from __future__ import annotations
 
