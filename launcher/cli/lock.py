@@ -11,8 +11,7 @@ from launcher.cli.options import JSON_OPTION, PYTHON_OPTION
 from launcher.errors import ExitCode
 
 if TYPE_CHECKING:
-    from checks.lockfile import Lock, Mismatch
-    from launcher.engine import Interpreter
+    from launcher.lock.run import Verification
 
 
 @click.group()
@@ -29,29 +28,12 @@ def lock_verify(lockfile: Path, python: Path | None, as_json: bool) -> int:
 
     Exit 1 on a mismatch; each one comes with the command that fixes it.
     """
-    from launcher.engine import resolve_python
     from launcher.lock import run as stage
     from launcher.output import json_document
 
-    interpreter = resolve_python(python)
-    lock_, mismatches = stage.verify(lockfile, interpreter.path)
-    failed = [m for m in mismatches if m.severity == "fail"]
-    if as_json:
-        click.echo(
-            json_document(
-                "lock",
-                {
-                    "lock": str(lockfile),
-                    "python": str(interpreter.path),
-                    "pins": len(lock_.pins),
-                    "ok": not failed,
-                    "mismatches": [m.to_json() for m in mismatches],
-                },
-            )
-        )
-    else:
-        click.echo(render_verify(lockfile, lock_, interpreter, mismatches))
-    return ExitCode.PROBLEM if failed else ExitCode.OK
+    result = stage.verify_engine(lockfile, python)
+    click.echo(json_document("lock", result.to_json()) if as_json else render_verify(result))
+    return result.exit_code()
 
 
 @lock.command("capture")
@@ -88,17 +70,17 @@ def lock_bundle(lockfile: Path, out: Path) -> int:
     return ExitCode.OK
 
 
-def render_verify(lockfile: object, lock: Lock, interpreter: Interpreter, mismatches: list[Mismatch]) -> str:
+def render_verify(result: Verification) -> str:
     from launcher.output import table
 
-    failed = [m for m in mismatches if m.severity == "fail"]
-    lines = [f"{lockfile}: {len(lock.pins)} pins against {interpreter.describe()}"]
+    mismatches = result.mismatches
+    lines = [f"{result.path}: {len(result.lock.pins)} pins against {result.interpreter.describe()}"]
     if mismatches:
         lines.append(table(["kind", "what", "fix"], [(m.kind, m.what, m.fix) for m in mismatches]))
-    warned = len(mismatches) - len(failed)
+    warned = len(mismatches) - len(result.failed)
     lines.append(
         "matches the lock"
         if not mismatches
-        else f"{len(failed)} mismatch(es)" + (f", {warned} warning(s)" if warned else "")
+        else f"{len(result.failed)} mismatch(es)" + (f", {warned} warning(s)" if warned else "")
     )
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from checks.facts import nvml_facts, stack_facts
 from checks.gpu_family import family_from_capability
 from checks.lockfile import Lock, LockError, Mismatch, compare_layers, compare_packages, load
 from checks.proc import run_child
-from launcher.errors import BadInput, NemolaunchError
+from launcher.engine import Interpreter, resolve_python
+from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import atomic_write_text
 
 
@@ -27,6 +29,32 @@ def load_or_bad_input(path: Path) -> Lock:
         raise BadInput(e.message, e.fix) from None
 
 
+@dataclass(frozen=True)
+class Verification:
+    """`lock verify`'s answer: the lock, the interpreter whose stack was compared, and what differs."""
+
+    path: Path
+    lock: Lock
+    interpreter: Interpreter
+    mismatches: list[Mismatch]
+
+    @property
+    def failed(self) -> list[Mismatch]:
+        return [m for m in self.mismatches if m.severity == "fail"]
+
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PROBLEM if self.failed else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lock": str(self.path),
+            "python": str(self.interpreter.path),
+            "pins": len(self.lock.pins),
+            "ok": not self.failed,
+            "mismatches": [m.to_json() for m in self.mismatches],
+        }
+
+
 def verify(lock_path: Path, python: Path) -> tuple[Lock, list[Mismatch]]:
     lock = load_or_bad_input(lock_path)
     stack = stack_facts(python)
@@ -34,6 +62,13 @@ def verify(lock_path: Path, python: Path) -> tuple[Lock, list[Mismatch]]:
         raise NemolaunchError(f"cannot read the packages of {python}: {stack.get('error')}")
     nvml = nvml_facts()
     return lock, compare_packages(lock, stack["all_packages"]) + compare_layers(lock, stack, nvml)
+
+
+def verify_engine(lock_path: Path, python: Path | None) -> Verification:
+    """The engine's interpreter (--python, $NEMOLAUNCH_PYTHON, ...) and this host against the lock."""
+    interpreter = resolve_python(python)
+    lock, mismatches = verify(lock_path, interpreter.path)
+    return Verification(lock_path, lock, interpreter, mismatches)
 
 
 def _uv() -> str | None:
