@@ -153,7 +153,7 @@ class TuneDocument(TypedDict):
     considered_not_tried: list[str]
     trials: list[TrialDoc]
     final: FinalDoc | None
-    winner: str
+    winner: str | None  # None: no final measured a choice
     winners_by_level: dict[str, str]
     load_notes: list[str]
     not_tested: list[str]
@@ -264,7 +264,7 @@ def read_tune(path: Path) -> TuneDocument:
     if doc.get("schema") != TUNE_SCHEMA:
         raise r.fail("schema", repr(TUNE_SCHEMA), doc.get("schema"))
     _choice(r, r.get(doc, "status", ""), "status", RUN_STATUSES)
-    r.text(r.get(doc, "winner", ""), "winner")
+    r.text(r.get(doc, "winner", ""), "winner", optional=True)
     r.text(r.get(doc, "profile", ""), "profile", optional=True)
     for i, t in enumerate(r.array(r.get(doc, "trials", ""), "trials")):
         _trial(r, t, f"trials[{i}]")

@@ -10,33 +10,21 @@ cannot start is a result: infeasible, with nemolaunch's diagnosis of its log.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from launcher.ab import floor, stats
-from launcher.ab.answers import compare_answers, greedy_answers
+from launcher.ab.answers import greedy_answers
 from launcher.ab.config import AbConfig
-from launcher.ab.document import (
-    AB_SCHEMA,
-    AbDocument,
-    AnswersDoc,
-    InvalidPassDoc,
-    RoundDoc,
-    RunStatus,
-    SideStatus,
-    VerdictDoc,
-    read_ab,
-)
+from launcher.ab.document import AbDocument, RoundDoc, read_ab
 from launcher.ab.passes import METRICS, PassResult, pass_result
 from launcher.ab.report import sentence, write_report
-from launcher.ab.servers import ServerPool, Up
-from launcher.ab.sides import Side, choose_mode, dummy_weights, is_cpu_engine, side_profile
+from launcher.ab.servers import ServerPool, StartFailed, Up
+from launcher.ab.sides import choose_mode, dummy_weights, is_cpu_engine, run_digest
+from launcher.ab.state import AbRun
 from launcher.errors import BadInput, ExitCode, NemolaunchError
-from launcher.output import atomic_write_text
 
 Say = Callable[[str], None]
 # vLLM's CPU engine always runs its worker in a separate process fed through a shared-memory queue whose reader
@@ -45,17 +33,6 @@ Say = Callable[[str], None]
 # another side than the last one, wait out the idle server's spin: it would otherwise share the 2 cores with the
 # first second of the measured pass. A single-GPU server (vLLM 0.26 'uni' executor) has no such queue: no wait.
 CPU_SETTLE_S = 1.2
-
-
-@dataclass
-class SideState:
-    side: Side
-    status: SideStatus = "pending"
-    diagnosis: str | None = None
-    served: dict[str, Any] | None = None
-    answers: list[list[int]] | None = None
-    answers_error: str | None = None
-    startups_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -69,137 +46,6 @@ def block_order(names: list[str], round_index: int) -> list[str]:
     """A B B A in even rounds, B A A B in odd ones (for three: A B C C B A, then C B A A B C)."""
     forward = names if round_index % 2 == 0 else names[::-1]
     return forward + forward[::-1]
-
-
-class AbRun:
-    """State of one ab run; `doc()` is ab.json at any moment (so an interrupted run writes what it has)."""
-
-    def __init__(self, cfg: AbConfig, out: Path, mode: str, mode_reason: str) -> None:
-        self.cfg, self.out, self.mode, self.mode_reason = cfg, out, mode, mode_reason
-        sides = list(cfg.sides)
-        if cfg.calibrate:
-            base = cfg.sides[0]
-            sides.append(Side(f"{base.name}-again", base.profile_ref, dict(base.overrides)))
-        self.calibration = sides[-1].name if cfg.calibrate else None
-        self.states = {s.name: SideState(s) for s in sides}
-        self.profiles = {s.name: side_profile(s) for s in sides}
-        self.last_side: str | None = None  # the side of the last pass (co-resident CPU servers settle on a switch)
-        self.rounds: list[RoundDoc] = []
-        self.invalid: list[InvalidPassDoc] = []
-        self.status: RunStatus = "running"
-        self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-    def resume(self, doc: AbDocument) -> None:
-        """Continue a run from its ab.json: its rounds, invalid passes and what each side showed stay; a side that
-        could not start is not retried (its diagnosis stands), one that died is."""
-        self.rounds, self.invalid, self.started = list(doc["rounds"]), list(doc["invalid_passes"]), doc["started"]
-        for s in doc["sides"]:
-            st = self.states.get(s["name"])
-            if st is None:
-                continue
-            if s["status"] == "infeasible":
-                st.status, st.diagnosis = "infeasible", s["diagnosis"]
-            st.startups_s = list(s["startups_s"])
-            st.answers, st.answers_error = s["answer_tokens"], s["answers_error"]
-
-    @property
-    def base(self) -> str:
-        return self.cfg.sides[0].name
-
-    def live_names(self) -> list[str]:
-        return [n for n, st in self.states.items() if st.status not in ("infeasible", "died")]
-
-    def ratios(self, name: str) -> dict[int, dict[str, list[float]]]:
-        """Per level and metric, the valid per-round ratios of `name` to the baseline."""
-        out: dict[int, dict[str, list[float]]] = {c: {m: [] for m in METRICS} for c in self.cfg.workload.concurrency}
-        for rnd in self.rounds:
-            for c in self.cfg.workload.concurrency:
-                mine, base = rnd["means"].get(name, {}).get(str(c)), rnd["means"].get(self.base, {}).get(str(c))
-                if not mine or not base:
-                    continue
-                for m in METRICS:
-                    if mine.get(m) and base.get(m):
-                        out[c][m].append(mine[m] / base[m])
-        return out
-
-    def floor(self) -> tuple[floor.Floors, str]:
-        levels = self.cfg.workload.concurrency
-        if self.calibration:
-            return floor.measured(self.ratios(self.calibration))
-        if self.cfg.noise_floor:
-            return floor.stored(levels, self.cfg.noise_floor, self.cfg.noise_floor_source)
-        return floor.unmeasured(levels)
-
-    def verdicts(self) -> dict[str, dict[str, dict[str, VerdictDoc]]]:
-        floors, _ = self.floor()
-        out: dict[str, dict[str, dict[str, VerdictDoc]]] = {}
-        for name, st in self.states.items():
-            if name == self.base or st.status == "infeasible":
-                continue
-            ratios = self.ratios(name)
-            per_level: dict[str, dict[str, VerdictDoc]] = {}
-            for c in self.cfg.workload.concurrency:
-                per_metric: dict[str, VerdictDoc] = {}
-                for m in METRICS:
-                    v = stats.verdict(m, ratios[c][m], stats.margin_for(floors[c][m]))
-                    per_metric[m] = stats.noise_side(v) if name == self.calibration and floors[c][m] else v
-                per_level[str(c)] = per_metric
-            out[name] = per_level
-        return out
-
-    def answers(self) -> AnswersDoc:
-        base = self.states[self.base]
-        got = {n: (st.answers, st.answers_error) for n, st in self.states.items() if n != self.base}
-        argv = list((base.served or {}).get("argv") or [])
-        return compare_answers(argv, self.cfg.same_answers, (base.answers, base.answers_error), got)
-
-    def doc(self) -> AbDocument:
-        floors, source = self.floor()
-        w = self.cfg.workload
-        return {
-            "schema": AB_SCHEMA,
-            "status": self.status,
-            "config_digest": self.cfg.digest(),
-            "started": self.started,
-            "mode": self.mode,
-            "mode_reason": self.mode_reason,
-            "method": stats.METHOD,
-            "model": self.cfg.model,
-            "baseline": self.base,
-            "calibration_side": self.calibration,
-            "workload": {
-                "concurrency": list(w.concurrency),
-                "input_len": w.input_len,
-                "output_len": w.output_len,
-                "num_prompts": w.num_prompts,
-                "warmup_requests": w.warmup_requests,
-                "warmup_passes": self.cfg.warmup_passes,
-                "rounds_asked": self.cfg.rounds,
-                "seed": w.seed,
-            },
-            "sides": [
-                {
-                    "name": name,
-                    "profile": st.side.profile_ref,
-                    "overrides": st.side.overrides,
-                    "status": st.status,
-                    "diagnosis": st.diagnosis,
-                    "startups_s": st.startups_s,
-                    "served": st.served,
-                    "answer_tokens": st.answers,
-                    "answers_error": st.answers_error,
-                }
-                for name, st in self.states.items()
-            ],
-            "rounds": self.rounds,
-            "invalid_passes": self.invalid,
-            "noise_floor": floor.as_doc(floors, source),
-            "verdicts": self.verdicts(),
-            "answers": self.answers(),
-        }
-
-    def write(self) -> None:
-        atomic_write_text(self.out / "ab.json", json.dumps(self.doc(), indent=2))
 
 
 def _bench_pass(run: AbRun, up: Up, folder: Path, side: str) -> PassResult:
@@ -221,10 +67,37 @@ def _bench_pass(run: AbRun, up: Up, folder: Path, side: str) -> PassResult:
         seed=w.seed,
         api_key=up.api_key,
     )
-    outcome = bench.run(cfg, folder, up.info, lambda m: None)
+    try:
+        outcome = bench.run(cfg, folder, up.info, lambda m: None)
+    except NemolaunchError as e:
+        if up.alive():
+            raise
+        raise ServerDied(f"the server stopped answering in {folder.relative_to(run.out)} ({e.message})") from None
     if outcome.code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
+    if not up.alive():
+        raise ServerDied(f"the server died during {folder.relative_to(run.out)}")
     return pass_result(outcome.summary, folder)
+
+
+class ServerDied(NemolaunchError):
+    """A side's server stopped between or during passes: that side is out of the run (the others go on)."""
+
+
+def _start_all(run: AbRun, pool: ServerPool, names: list[str], say: Say) -> None:
+    """Co-resident: every live side's server started together (in parallel), before the round's first pass."""
+    if pool.mode != "co-resident":
+        return
+    for name, got in pool.start([run.states[n].side for n in names]).items():
+        if isinstance(got, StartFailed):
+            _infeasible(run, name, got, say)
+
+
+def _infeasible(run: AbRun, name: str, e: NemolaunchError, say: Say) -> None:
+    st = run.states[name]
+    st.status, st.diagnosis = "infeasible", e.message
+    say(f"{name}: cannot start: {e.message}")
+    run.write()
 
 
 def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
@@ -232,16 +105,16 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
     st = run.states[name]
     try:
         up, fresh = pool.ensure(st.side)
-    except NemolaunchError as e:
-        st.status, st.diagnosis = "infeasible", e.message
-        say(f"{name}: cannot start: {e.message}")
-        run.write()
+    except StartFailed as e:
+        _infeasible(run, name, e, say)
         return None
     st.status, st.served = "ok", up.info
-    if fresh:  # a server another run started (tune's pool) is warm already
-        st.startups_s.append(round(up.startup_s, 1))
+    if fresh or name not in run.warmed:  # a server another run started (tune's pool) is warm already
+        if fresh:
+            st.startups_s.append(round(up.startup_s, 1))
+        run.warmed.add(name)
         start = len(st.startups_s)
-        for k in range(run.cfg.warmup_passes):
+        for k in range(run.cfg.warmup_passes if fresh else 0):
             _bench_pass(run, up, _pass_folder(run, f"warmup-{name}-{start}-{k + 1}"), name)
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
@@ -257,22 +130,19 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     judged, servers are stopped; exit 130."""
     from launcher.serve.lifetime import interrupts
 
-    if len({s.name for s in cfg.sides}) != len(cfg.sides):
-        raise BadInput("two configurations have the same name", "name each --config differently")
-    if len(cfg.sides) < 2:
-        raise BadInput("ab needs at least two configurations", "give --a and --b, or two --config")
-    previous = _previous_run(cfg, out)
-    for side in cfg.sides:
-        side_profile(side)  # refuse a bad profile or override before any server starts
+    check_workload(cfg)
+    digest = run_digest(cfg)
+    previous = _previous_run(cfg, out, digest)
     mode, reason = choose_mode(cfg.mode, cfg.sides)
-    run = AbRun(cfg, out, mode, reason)
+    run = AbRun(cfg, out, mode, reason, digest)
+    own_pool = pool is None
+    pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
+    pool.preflight(st.side for st in run.states.values())  # usage and environment errors, before any server
     out.mkdir(parents=True, exist_ok=True)
     if previous is not None:
         run.resume(previous)
         say(f"ab: continuing the run in {out}: {len(run.rounds)} round(s) kept, {cfg.rounds} asked")
     say(f"ab: {len(run.states)} configurations, mode {mode} ({reason}); results in {out}")
-    own_pool = pool is None
-    pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
     run.write()
     try:
         with interrupts():
@@ -283,25 +153,43 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
         run.status = "complete"
     except KeyboardInterrupt:
         run.status = "interrupted"
+    except BaseException:
+        run.status = "failed"  # an error the run cannot go on from: ab.json and the report say so, then it is raised
+        raise
     finally:
         if own_pool:
             pool.close()
-        run.write()
+        with contextlib.suppress(OSError):  # a full disk: the error being raised says more than a second one
+            run.write()
+            write_report(run.doc(), out)
     doc = run.doc()
-    write_report(doc, out)
     return AbOutcome(_exit_code(run), _summary_line(run), doc)
 
 
-def _previous_run(cfg: AbConfig, out: Path) -> AbDocument | None:
+def check_workload(cfg: AbConfig) -> None:
+    """The configurations and the workload, refused before any server starts."""
+    from launcher import bench
+
+    if len({s.name for s in cfg.sides}) != len(cfg.sides):
+        raise BadInput("two configurations have the same name", "name each --config differently")
+    if len(cfg.sides) < 2:
+        raise BadInput("ab needs at least two configurations", "give --a and --b, or two --config")
+    w = cfg.workload
+    bench.validate(bench.BenchConfig(url="http://127.0.0.1", concurrency=w.concurrency, input_len=w.input_len,
+                                     output_len=w.output_len, num_prompts=w.num_prompts, warmup=w.warmup_requests,
+                                     seed=w.seed))  # fmt: skip
+
+
+def _previous_run(cfg: AbConfig, out: Path, digest: str) -> AbDocument | None:
     """The ab.json an earlier run of the same command left in OUT, to continue; None for a new folder."""
     path = out / "ab.json"
     if not path.exists():
         return None
     doc = read_ab(path)
-    if doc["config_digest"] != cfg.digest():
+    if doc["config_digest"] != digest:
         raise BadInput(
-            f"{out} holds an ab run with other settings",
-            "give a new --out folder, or the same options to continue that run",
+            f"{out} holds an ab run with other settings (options, a profile's contents or the engine differ)",
+            "give a new --out folder, or the same options, profiles and engine to continue that run",
         )
     if doc["status"] == "complete" and len(doc["rounds"]) >= cfg.rounds:
         raise BadInput(f"{out} holds a complete ab run of {cfg.rounds} round(s)", "ask for more --rounds to extend it")
@@ -318,6 +206,7 @@ def _pass_folder(run: AbRun, stem: str) -> Path:
 
 
 def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
+    _start_all(run, pool, run.live_names(), say)
     order = block_order(run.live_names(), r)
     rnd: RoundDoc = {"index": r + 1, "order": order, "passes": [], "means": {}}
     values: dict[str, list[dict[int, dict[str, float | None] | None]]] = {}  # side -> its passes' levels
@@ -328,10 +217,15 @@ def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
         if up is None:
             continue
         folder = _pass_folder(run, f"r{r + 1}-{i + 1}-{name}")
-        result = _bench_pass(run, up, folder, name)
         where = str(folder.relative_to(run.out))
+        try:
+            result = _bench_pass(run, up, folder, name)
+        except ServerDied as e:
+            _died(run, pool, name, e.message, say)
+            rnd["passes"].append({"side": name, "folder": where, "status": "server-died"})
+            continue
         if result.status == "server-died":
-            run.states[name].status, run.states[name].diagnosis = "died", f"the server stopped answering in {folder}"
+            _died(run, pool, name, f"the server stopped answering in {where}", say)
         rnd["passes"].append({"side": name, "folder": where, "status": result.status})
         per_level: dict[int, dict[str, float | None] | None] = {}
         for c in run.cfg.workload.concurrency:
@@ -348,6 +242,13 @@ def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
     for name, judged in run.verdicts().items():
         for level, metric in judged.items():
             say(f"round {r + 1}: {name} vs {run.base} at c={level}: {sentence(metric['output_tok_s'], name)}")
+
+
+def _died(run: AbRun, pool: ServerPool, name: str, why: str, say: Say) -> None:
+    st = run.states[name]
+    st.status, st.diagnosis = "died", why
+    say(f"{name}: {why}: out of the run")
+    pool.release(name)
 
 
 def _block_mean(got: list[dict[str, float | None] | None]) -> dict[str, float] | None:

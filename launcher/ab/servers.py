@@ -1,21 +1,42 @@
 """The servers of an ab run: each side's vLLM started through serve (its own port on 127.0.0.1, its own log),
-kept up (co-resident) or one at a time (restart)."""
+kept up (co-resident) or one at a time (restart).
+
+What would fail every start (no engine, no model, a profile vLLM refuses) is found by `preflight` before any
+server starts and raised as it is: a usage error is never a result. Only a server that was launched and did not
+come up makes its side infeasible (StartFailed, with the log's diagnosis).
+
+Co-resident servers start in parallel: each in a thread of its own that holds it for its whole life. The kernel's
+PR_SET_PDEATHSIG (serve's lifetime guard) follows the thread that started a process, so the thread lives exactly
+as long as its server; the H200 ab of 2026-12-03 spent 169 + 128 s starting two servers one after the other.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from checks.secrets import redact_obj
 from launcher.ab.sides import Side, is_cpu_engine, side_profile
+from launcher.errors import ExitCode, NemolaunchError
 from launcher.profiles.profile import ServingProfile
+
+if TYPE_CHECKING:
+    from launcher.serve.run import Running, ServePlan
 
 Say = Callable[[str], None]
 # two servers at 0.42 each fit on one H200 (measured 2026-12-01): the total kept for co-resident servers
 CO_RESIDENT_MEMORY = 0.84
+# vLLM's dev endpoints: ab resets the prefix cache before each pass (POST /reset_prefix_cache, vLLM 0.26 and 0.32
+# register it only with this variable; vLLM's own `bench sweep` sets it the same way). The servers bind 127.0.0.1.
+DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+class StartFailed(NemolaunchError):
+    """A launched server that did not come up: its side is infeasible (the message carries the diagnosis)."""
 
 
 def free_port() -> int:
@@ -29,14 +50,54 @@ class Up:
     url: str
     served_model: str
     startup_s: float
-    info: dict[str, Any]  # bench's `served` provenance
-    stack: contextlib.ExitStack
+    info: dict[str, Any]  # bench's `served` provenance, secrets masked
     api_key: str | None = None  # the key vLLM was given (serve resolved it): bench's passes send it
+    log: Path | None = None
+    running: Running | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        """The server and every process of it still run (a killed engine core leaves an API server that only
+        answers errors)."""
+        if self.running is None:
+            return True
+        return self.running.server.alive() and self.running.server.dead_child() is None
+
+
+class _Owner(threading.Thread):
+    """One server's life: started, handed over once it serves, stopped when released."""
+
+    def __init__(self, plan: ServePlan, model: str, log: Path, say: Say, ready_timeout_s: float) -> None:
+        super().__init__(name=f"server {log.stem}", daemon=True)
+        self.plan, self.model, self.log, self.say, self.ready_timeout_s = plan, model, log, say, ready_timeout_s
+        self.ready = threading.Event()
+        self.done = threading.Event()
+        self.result: Up | BaseException | None = None
+
+    def run(self) -> None:
+        from launcher.serve import run as serve
+
+        plan = self.plan
+        try:
+            with serve.launched(plan, self.model, self.log, self.say, None, self.ready_timeout_s) as running:
+                info = redact_obj({**plan.provenance(), "startup_s": round(running.startup_s, 1), "log": str(self.log)})
+                key = plan.key.value if plan.key else None
+                self.result = Up(plan.url, running.models[0], running.startup_s, info, key, self.log, running)
+                self.ready.set()
+                self.done.wait()
+        except BaseException as e:  # handed to the thread that asked for the server
+            self.result = e
+        finally:
+            self.ready.set()
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.result is not None and not isinstance(self.result, BaseException):
+            self.join()  # a serving server: stopped cleanly (serve says so); a starting one dies with nemolaunch
 
 
 class ServerPool:
     """The servers of an ab run. Co-resident: each started once and kept up until close(); restart: one at a time
-    (starting one stops the others). A start that fails raises NemolaunchError carrying the log's diagnosis."""
+    (starting one stops the others)."""
 
     def __init__(
         self,
@@ -51,46 +112,78 @@ class ServerPool:
         self.model, self.python, self.mode, self.logs, self.say = model, python, mode, logs, say
         self.shares = max(1, shares)
         self.ready_timeout_s = ready_timeout_s
+        self.owners: dict[str, _Owner] = {}
         self.up: dict[str, Up] = {}
-        self.starts: dict[str, int] = {}
 
     def profile_for(self, side: Side) -> ServingProfile:
-        profile = side_profile(side)
-        if self.mode == "co-resident" and not is_cpu_engine(profile) and "gpu_memory_utilization" not in side.overrides:
-            share = round(CO_RESIDENT_MEMORY / self.shares, 3)
-            profile = side_profile(side, {"gpu_memory_utilization": share})
-        return profile
+        """The side's profile as its server gets it: its share of memory when co-resident, and vLLM's dev mode."""
+        memory: dict[str, Any] = {}
+        if self.mode == "co-resident" and not is_cpu_engine(side_profile(side)):
+            memory = {"gpu_memory_utilization": round(CO_RESIDENT_MEMORY / self.shares, 3)}
+        return side_profile(side, {**memory, **side.overrides}, DEV_MODE)
 
-    def ensure(self, side: Side) -> tuple[Up, bool]:
-        """The side's server, started if it is not up; True when it was started now."""
-        if side.name in self.up:
-            return self.up[side.name], False
-        if self.mode == "restart":
-            for name in list(self.up):
-                self.release(name)
+    def _plan(self, side: Side, port: int) -> ServePlan:
         from launcher.serve import run as serve
 
-        plan = serve.make_plan(self.profile_for(side), self.model, self.python, "127.0.0.1", free_port())
-        self.starts[side.name] = self.starts.get(side.name, 0) + 1
-        log = self.logs / f"{side.name}-{self.starts[side.name]}.log"
-        stack = contextlib.ExitStack()
-        try:
-            running = stack.enter_context(
-                serve.launched(plan, self.model, log, self.say, echo_log=None, ready_timeout_s=self.ready_timeout_s)
-            )
-        except BaseException:
-            stack.close()
-            raise
-        info = {**plan.provenance(), "startup_s": round(running.startup_s, 1), "log": str(log)}
-        up = Up(plan.url, running.models[0], running.startup_s, info, stack, plan.key.value if plan.key else None)
-        self.up[side.name] = up
-        return up, True
+        return serve.make_plan(self.profile_for(side), self.model, self.python, "127.0.0.1", port)
+
+    def preflight(self, sides: Iterable[Side]) -> None:
+        """Everything a start needs that can be known without one: the model folder, the engine's interpreter and
+        vLLM, every side's flags against that vLLM. Raises as serve would (usage and environment errors)."""
+        from launcher.serve import run as serve
+
+        serve.check_model(self.model)
+        for side in sides:
+            self._plan(side, 0)
+
+    def _log(self, name: str) -> Path:
+        """logs/NAME-N.log, N the first number not taken (a resumed run keeps the earlier starts' logs)."""
+        n = 1
+        while (self.logs / f"{name}-{n}.log").exists():
+            n += 1
+        return self.logs / f"{name}-{n}.log"
+
+    def start(self, sides: list[Side]) -> dict[str, Up | StartFailed]:
+        """The servers of `sides` not up yet, started together; each is up, or failed to start."""
+        wanted = [s for s in sides if s.name not in self.up]
+        if self.mode == "restart" and wanted:
+            self.close()
+            wanted = wanted[:1]
+        owners = {}
+        for side in wanted:
+            owner = _Owner(self._plan(side, free_port()), self.model, self._log(side.name), self.say,
+                           self.ready_timeout_s)  # fmt: skip
+            self.owners[side.name] = owners[side.name] = owner
+            owner.start()
+        got: dict[str, Up | StartFailed] = {}
+        for name, owner in owners.items():
+            owner.ready.wait()
+            if isinstance(owner.result, Up):
+                self.up[name] = got[name] = owner.result
+                continue
+            self.owners.pop(name)
+            error = owner.result
+            if isinstance(error, NemolaunchError) and error.code == ExitCode.PROBLEM:
+                got[name] = StartFailed(error.message, error.fix)
+            elif isinstance(error, BaseException):
+                raise error
+        return got
+
+    def ensure(self, side: Side) -> tuple[Up, bool]:
+        """The side's server, started if it is not up; True when it was started now. Raises StartFailed."""
+        if side.name in self.up:
+            return self.up[side.name], False
+        got = self.start([side])[side.name]
+        if isinstance(got, StartFailed):
+            raise got
+        return got, True
 
     def release(self, name: str) -> None:
-        up = self.up.pop(name, None)
-        if up is not None:
-            up.stack.close()
+        self.up.pop(name, None)
+        owner = self.owners.pop(name, None)
+        if owner is not None:
+            owner.stop()
 
     def close(self) -> None:
-        for name in list(self.up):
+        for name in list(self.owners):
             self.release(name)

@@ -4,12 +4,18 @@ restarted) that suits them."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.errors import BadInput
 from launcher.profiles.profile import ServingProfile, load_profile, parse_profile
+
+if TYPE_CHECKING:
+    from launcher.ab.config import AbConfig
 
 
 @dataclass(frozen=True)
@@ -44,10 +50,12 @@ def parse_sets(items: tuple[str, ...] | list[str], option: str) -> dict[str, Any
 
 
 def parse_config(text: str) -> Side:
-    """--config NAME=PROFILE[,KEY=VALUE...]"""
+    """--config NAME=PROFILE[,KEY=VALUE...]; NAME becomes folder and file names: letters, digits, '.', '-', '_'."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise BadInput(f"--config {text!r} is not NAME=PROFILE[,KEY=VALUE...]", "e.g. --config slow=cpu,max_num_seqs=1")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name.strip()):
+        raise BadInput(f"--config name {name.strip()!r} is not a plain name", "use letters, digits, '.', '-' and '_'")
     profile, *sets = rest.split(",")
     return Side(name.strip(), profile.strip(), parse_sets(sets, "--config"))
 
@@ -71,14 +79,19 @@ def sides_from_options(
     return tuple(sides)
 
 
-def side_profile(side: Side, extra: dict[str, Any] | None = None) -> ServingProfile:
-    """The side's profile with its overrides, validated as a profile file would be (unknown or mistyped keys are
-    refused with the profile's own message)."""
+def side_profile(side: Side, extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> ServingProfile:
+    """The side's profile with its overrides (and `extra` settings and `env` variables ab adds), validated as a
+    profile file would be (unknown or mistyped keys are refused with the profile's own message)."""
     import tomli_w
 
     base = load_profile(side.profile_ref)
     settings = {**base.settings, **side.overrides, **(extra or {})}
-    doc: dict[str, Any] = {"schema": 1, "description": base.description, "vllm": settings, "env": base.env}
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "description": base.description,
+        "vllm": settings,
+        "env": {**base.env, **(env or {})},
+    }
     if base.python:
         doc["python"] = base.python
     doc["why"] = {k: v for k, v in base.why.items() if k in settings}
@@ -112,3 +125,18 @@ def choose_mode(mode: str, sides: tuple[Side, ...]) -> tuple[Literal["co-residen
 def dummy_weights(argv: list[str]) -> bool:
     joined = " ".join(argv)
     return "--load-format dummy" in joined or "--load-format=dummy" in joined
+
+
+def run_digest(cfg: AbConfig) -> str:
+    """What makes two ab runs the same run (a rerun with the same --out continues it): the options, and what each
+    side resolves to now, the profile's contents and the engine's interpreter, so rounds of an edited profile or of
+    another engine are never averaged with the old ones."""
+    from launcher.engine import resolve_python
+
+    resolved = []
+    for side in cfg.sides:
+        profile = side_profile(side)
+        python = resolve_python(cfg.python, profile.python).path
+        resolved.append({"settings": profile.settings, "env": profile.env, "python": str(python)})
+    text = cfg.digest() + json.dumps(resolved, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

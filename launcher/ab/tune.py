@@ -30,10 +30,10 @@ from launcher.ab.document import (
     read_tune_state,
 )
 from launcher.ab.report import trial_result
-from launcher.ab.run import run_ab
+from launcher.ab.run import check_workload, run_ab
 from launcher.ab.servers import ServerPool
 from launcher.ab.sides import Side
-from launcher.errors import BadInput, ExitCode
+from launcher.errors import BadInput, ExitCode, NotReady
 from launcher.output import atomic_write_text
 from launcher.profiles.profile import load_profile
 
@@ -62,7 +62,14 @@ class TuneConfig:
     noise_floor_source: str | None = None
 
     def digest(self) -> str:
+        """What makes two tune runs the same run: the options (but the budget), the base profile's contents and the
+        engine's interpreter (an edited base or another engine is a new run)."""
+        from launcher.engine import resolve_python
+
         doc = {k: str(v) for k, v in asdict(self).items() if k != "budget_min"}
+        base = load_profile(self.base)
+        python = resolve_python(self.python, base.python).path
+        doc["resolved"] = json.dumps([base.settings, base.env, str(python)], sort_keys=True, default=str)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -137,6 +144,10 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
 
     base = load_profile(cfg.base)
     cands, skipped = candidates(cfg.knobs, Context(base, cfg.workload, cfg.probe))
+    check_workload(_ab_config(cfg, (Side("base", cfg.base), Side("candidate", cfg.base)), 1))
+    # one co-resident pool for the whole search: the base starts once, a finalist stays up for the final rounds
+    pool = ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=1 + FINALISTS)
+    pool.preflight([Side("base", cfg.base)])  # usage and environment errors, before any server
     out.mkdir(parents=True, exist_ok=True)
     state = TuneState(out, cfg.digest())
     deadline = time.monotonic() + cfg.budget_min * 60
@@ -145,8 +156,6 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
     for line in skipped:
         say(f"tune: considered, not tried: {line}")
     interrupted = False
-    # one co-resident pool for the whole search: the base starts once, a finalist stays up for the final rounds
-    pool = ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=1 + FINALISTS)
     try:
         with interrupts():
             for cand in cands:
@@ -158,16 +167,29 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
     finally:
         pool.close()
     state.save()
-    doc = _summary(cfg, state, cands, skipped, not_tested, interrupted)
-    if not interrupted:
-        final = _final_doc(state.data["final"])
+    doc = _summary(cfg, out, state, cands, skipped, not_tested, interrupted)
+    final = _final_doc(out, state.data["final"])
+    if final is not None and not interrupted:
         doc["profile"] = str(write_tuned_profile(cfg, out, base, state.data, final, doc, skipped))
     atomic_write_text(out / "tune.json", json.dumps(doc, indent=2))
+    code, message = _ending(doc, final is not None, interrupted)
+    return TuneOutcome(code, message, doc)
+
+
+def _ending(doc: TuneDocument, measured: bool, interrupted: bool) -> tuple[int, str]:
+    """The exit code and the last line: a profile only from a final that measured its candidates; without one,
+    nothing is written and the line says why."""
     if interrupted:
-        return TuneOutcome(
-            ExitCode.INTERRUPTED, "interrupted: finished trials kept; run the same command to resume", doc
-        )
-    return TuneOutcome(ExitCode.OK, f"winner {doc['winner']}; profile {doc['profile']}", doc)
+        return ExitCode.INTERRUPTED, "interrupted: finished trials kept; run the same command to resume"
+    if measured:
+        return ExitCode.OK, f"winner {doc['winner']}; profile {doc['profile']}"
+    if not doc["candidates"]:
+        return ExitCode.PROBLEM, "nothing to try: no knob suggested a candidate; no profile written"
+    decided = [t for t in doc["trials"] if t["status"] in ("dropped", "infeasible")]
+    if len(decided) == len(doc["candidates"]):
+        return ExitCode.OK, "the base stays: every candidate was infeasible or clearly worse; no profile written"
+    why = "; ".join(doc["not_tested"]) or "no finalist reached the interleaved final"
+    return ExitCode.PROBLEM, f"nothing measured enough to choose: {why}; no profile written"
 
 
 def _screen(
@@ -193,7 +215,15 @@ def _screen(
     started = time.monotonic()
     # a memory candidate needs the device alone: its own run, restarted (auto mode)
     alone = "gpu_memory_utilization" in cand.overrides
-    result = run_ab(_ab_config(cfg, (Side("base", cfg.base), side), 1), folder, say, None if alone else pool)
+    trial: TrialDoc = {"name": cand.name, "stage": "screen", "status": "infeasible",
+                       "folder": str(folder.relative_to(out)), "ratios": {}, "overrides": cand.overrides,
+                       "why": cand.why, "diagnosis": None}  # fmt: skip
+    try:
+        result = run_ab(_ab_config(cfg, (Side("base", cfg.base), side), 1), folder, say, None if alone else pool)
+    except (BadInput, NotReady) as e:  # the base passed the same checks: this vLLM refuses the candidate's flags
+        trial["diagnosis"] = e.message
+        _record(state, trial, say)
+        return
     _learn(seen, result.doc, time.monotonic() - started, SCREEN_PASSES)
     if result.code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
@@ -219,19 +249,14 @@ def _screen(
         status = "finalist"
     if status != "finalist":
         pool.release(side.name)
-    trial: TrialDoc = {
-        "name": cand.name,
-        "stage": "screen",
-        "status": status,
-        "folder": str(folder),
-        "ratios": ratios,
-        "overrides": cand.overrides,
-        "why": cand.why,
-        "diagnosis": mine["diagnosis"],
-    }
-    state.data["trials"][cand.name] = trial
+    trial["status"], trial["ratios"], trial["diagnosis"] = status, ratios, mine["diagnosis"]
+    _record(state, trial, say)
+
+
+def _record(state: TuneState, trial: TrialDoc, say: Say) -> None:
+    state.data["trials"][trial["name"]] = trial
     state.save()
-    say(f"tune: {cand.name}: {status}: {trial_result(trial)}")
+    say(f"tune: {trial['name']}: {trial['status']}: {trial_result(trial)}")
 
 
 def _final(
@@ -265,12 +290,13 @@ def _final(
     result = run_ab(_ab_config(cfg, sides, rounds), folder, say, pool)
     if result.code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
-    state.data["final"] = {"folder": str(folder), "finalists": [t["name"] for t in finalists]}
+    state.data["final"] = {"folder": str(folder.relative_to(out)), "finalists": [t["name"] for t in finalists]}
     state.save()
 
 
-def _final_doc(final: FinalDoc | None) -> AbDocument | None:
-    return read_ab(Path(final["folder"]) / "ab.json") if final else None
+def _final_doc(out: Path, final: FinalDoc | None) -> AbDocument | None:
+    """The final's ab.json (its folder is kept relative to OUT: a tune folder can be resumed from anywhere)."""
+    return read_ab(out / final["folder"] / "ab.json") if final else None
 
 
 def winners(final_doc: AbDocument, names: dict[str, str]) -> dict[str, str]:
@@ -288,6 +314,7 @@ def winners(final_doc: AbDocument, names: dict[str, str]) -> dict[str, str]:
 
 def _summary(
     cfg: TuneConfig,
+    out: Path,
     state: TuneState,
     cands: list[Candidate],
     skipped: list[str],
@@ -296,12 +323,12 @@ def _summary(
 ) -> TuneDocument:
     trials = list(state.data["trials"].values())
     final = state.data["final"]
-    final_doc = _final_doc(final)
+    final_doc = _final_doc(out, final)
     by_level = winners(final_doc, {slug(t["name"]): t["name"] for t in trials}) if final_doc else {}
     counts: dict[str, int] = {}
     for name in by_level.values():
         counts[name] = counts.get(name, 0) + 1
-    winner = max(counts, key=lambda n: (counts[n], n != "base")) if counts else "base"
+    winner = max(counts, key=lambda n: (counts[n], n != "base")) if counts else None
     load_notes: list[str] = []
     if len(set(counts)) > 1:
         load_notes.append("the winner changes with load: " + ", ".join(f"c={c}: {n}" for c, n in by_level.items()))

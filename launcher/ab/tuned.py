@@ -34,7 +34,7 @@ def write_tuned_profile(
 
     name = cfg.name or f"{base.name}-tuned"
     path = out / f"{name}.toml"
-    winner = tune_doc["winner"]
+    winner = tune_doc["winner"] or "base"
     trials = list(state["trials"].values())
     winning = next((t for t in trials if t["name"] == winner), None)
     settings = {**base.settings, **(winning["overrides"] if winning else {})}

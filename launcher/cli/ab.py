@@ -236,5 +236,8 @@ def tune_text(doc: TuneDocument) -> str:
     lines = [table(["candidate", "stage", "status", "result"], rows)]
     lines += [f"not tested: {n}" for n in doc["not_tested"]]
     lines += doc["load_notes"]
-    lines.append(f"winner: {doc['winner']}; profile written to {doc['profile']}")
+    if doc["profile"]:
+        lines.append(f"winner: {doc['winner']}; profile written to {doc['profile']}")
+    else:
+        lines.append("no profile written: nothing was measured that could choose one")
     return "\n".join(lines)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -17,6 +16,7 @@ from launcher.ab.document import read_ab
 from launcher.ab.report import agreement_text, sentence
 from launcher.ab.servers import Up
 from launcher.ab.sides import Side
+from launcher.ab.state import AbRun
 from launcher.cli.main import main
 from launcher.errors import BadInput
 from launcher.profiles.profile import load_profile
@@ -95,11 +95,11 @@ H200 = FIXTURES / "gpu-h200-2026-12-02"
 H200_SIDES = (Side("base", "cpu"), Side("eager", "cpu"))
 
 
-def rejudged(fixture: Path, out: Path) -> ab.AbRun:
+def rejudged(fixture: Path, out: Path) -> AbRun:
     """A recorded H200 ab (schema nemolaunch.ab/1: its rounds are the same shape today) judged again by this
     code, and written as ab.json to `out`."""
     cfg = AbConfig(model="m", sides=H200_SIDES, workload=Workload(concurrency=(1, 64)), calibrate=True)
-    run = ab.AbRun(cfg, out, "co-resident", "test")
+    run = AbRun(cfg, out, "co-resident", "test")
     run.rounds = json.loads(fixture.read_text())["rounds"]
     run.write()
     return run
@@ -113,7 +113,7 @@ def test_a_calibrated_ab_json_is_a_stored_floor(tmp_path: Path) -> None:
     measured, _ = run.floor()
     assert source == str(tmp_path / "ab.json") and floors[64]["output_tok_s"] == measured[64]["output_tok_s"]
     assert 0.05 < floors[64]["output_tok_s"] < 0.5  # the +-20% floor at c=64 that issue 26 starts from
-    uncalibrated = ab.AbRun(AbConfig(model="m", sides=H200_SIDES), tmp_path / "x", "co-resident", "test")
+    uncalibrated = AbRun(AbConfig(model="m", sides=H200_SIDES), tmp_path / "x", "co-resident", "test")
     (tmp_path / "x").mkdir()
     uncalibrated.write()
     with pytest.raises(BadInput, match=r"not an ab\.json of a calibrated run"):
@@ -175,7 +175,7 @@ def test_a_stored_floor_missing_a_metric_leaves_it_at_the_default_margin(tmp_pat
     pair = (Side("base", "cpu"), Side("b", "cpu"))
     cfg = AbConfig(model="m", sides=pair, workload=Workload(concurrency=(1, 64)),
                    noise_floor={1: {"output_tok_s": 0.02}}, noise_floor_source="stored")  # fmt: skip
-    floors, _ = ab.AbRun(cfg, tmp_path, "co-resident", "test").floor()
+    floors, _ = AbRun(cfg, tmp_path, "co-resident", "test").floor()
     assert floors[1]["output_tok_s"] == 0.02 and floors[64]["output_tok_s"] == 0.02  # the widest measured
     assert floors[1]["tpot_ms"] is None and floors[64]["ttft_ms"] is None  # never measured: not a floor of 0
 
@@ -224,15 +224,20 @@ def test_probe_candidates_from_the_recorded_h200_probe() -> None:
 class FakePool:
     """Stands in for ServerPool: every side is the fake OpenAI server (no engine), 'started' once per run."""
 
+    mode = "restart"
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.started: list[str] = []
+
+    def preflight(self, sides: Any) -> None:
+        pass
 
     def ensure(self, side: Side) -> tuple[Up, bool]:
         fresh = side.name not in self.started
         self.started.append(side.name)
         info = {"argv": ["vllm", "--load-format", "dummy"], "profile": side.profile_ref}
-        return Up(self.url, "fake", 0.1, info, contextlib.ExitStack()), fresh
+        return Up(self.url, "fake", 0.1, info), fresh
 
     def release(self, name: str) -> None:
         pass
