@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -24,6 +24,9 @@ from launcher.bench.workload import Prompt, Tokenizer, arrival_offsets, exact_pr
 from launcher.errors import BadInput, ExitCode, NotReady
 from launcher.output import Unwritable, hold
 from launcher.serve.lifetime import async_interrupts
+
+if TYPE_CHECKING:
+    from launcher.profiles.profile import ServingProfile
 
 Say = Callable[[str], None]
 
@@ -398,7 +401,16 @@ def run_served(
         served["startup_s"] = round(running.startup_s, 1)
         outcome = run(replace(cfg, url=plan.url, model=running.models[0]), out, served, say)
     _add_roofline(outcome, Path(model), out)
+    _add_fallbacks(outcome, out / "server.log", plan.profile, out)
     return outcome
+
+
+def _add_fallbacks(outcome: SweepOutcome, log: Path, profile: ServingProfile, out: Path) -> None:
+    """Every fallback vLLM took at start (serve said each when it was serving) goes into summary.json too."""
+    from launcher.serve import fallbacks
+
+    outcome.summary["fallbacks"] = [f.to_json() for f in fallbacks.in_log(log, profile)]
+    results.write_summary(out, outcome.summary)
 
 
 def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from checks.secrets import bearer
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import create_exclusive
+from launcher.serve import fallbacks
 from launcher.serve.lifetime import interrupts
 from launcher.serve.plan import Say, ServePlan, check_model, make_plan, warnings
 from launcher.serve.process import Server, last_lines
@@ -126,6 +127,8 @@ def launched(
                 f"serving {plan.url}{where} (model {models[0]}) after {startup:.0f} s, "
                 f"profile {plan.profile.name}, log {log_path}"
             )
+            for found in fallbacks.in_log(log_path, plan.profile):
+                say(fallbacks.line_of(found))
             yield Running(server, watch, models, startup, listening)
         finally:
             code = server.stop()

@@ -1,0 +1,168 @@
+"""Silent fallbacks named from real vLLM logs: the H200 captures (vLLM 0.26.0, 2026-11-30 and 2026-12-02), the
+SM12x corpus (users' posts, tests/fixtures/corpus), the lines NOTES.md quotes from the H200 run of Nemotron 3
+Super (2026-12-03); and serve saying each one when it is serving."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.engine import Interpreter
+from launcher.profiles.flags import Rendered
+from launcher.profiles.profile import load_profile
+from launcher.serve import fallbacks
+from launcher.serve.run import ServePlan, launched
+from tests.helpers import FIXTURES, ROOT, free_port
+
+LOGS = FIXTURES / "logs"
+# the H200's Qwen3-30B-A3B shape with online FP8, 2026-12-02 (bench's server log, lines as bench kept them)
+MOE_START = ROOT / "docs/measurements/runs/2026-12-02/gpu-h200-2026-12-02b/moe/starts-server.txt"
+CORPUS = {
+    d["id"]: d for d in map(json.loads, (FIXTURES / "corpus" / "sm12x-serving-logs.jsonl").read_text().splitlines())
+}
+
+
+def _kinds(found: list[fallbacks.Fallback]) -> list[tuple[str, int]]:
+    return [(f.kind, f.line_no) for f in found]
+
+
+def test_enforce_eager_on_the_h200_is_named_with_its_fix() -> None:
+    found = fallbacks.detect((LOGS / "h200-vllm026-eager-1b-2026-11-30.log").read_text())
+    assert _kinds(found) == [("cuda-graphs", 13), ("autotune", 34)]
+    graphs = found[0]
+    assert graphs.what == "CUDA graphs off" and graphs.fix == "cuda_graphs = true in the profile"
+    assert [a.overrides for a in graphs.alternatives] == [{"vllm": {"cuda_graphs": True}}]
+    assert graphs.line.startswith("Enforce eager set, disabling torch.compile and CUDAGraphs")
+
+
+def test_a_default_h200_start_takes_no_fallback_but_the_first_starts_tactics() -> None:
+    """FLASH_ATTN is the first valid attention backend and graphs are FULL_AND_PIECEWISE: nothing to name."""
+    found = fallbacks.detect((LOGS / "h200-vllm026-serve-sm90-2026-11-30.log").read_text())
+    assert _kinds(found) == [("autotune", 45)]
+
+
+def test_the_h200_moe_shape_names_its_moe_and_linear_fallbacks() -> None:
+    found = fallbacks.detect(MOE_START.read_text())
+    assert _kinds(found) == [("linear-kernel", 6), ("moe-backend", 7), ("moe-config", 12)]
+    linear, moe, _ = found
+    assert linear.what == "FP8 linear layers on CutlassFP8ScaledMMLinearKernel, not FlashInferFP8ScaledMMLinearKernel"
+    assert moe.what == "Fp8 MoE on TRITON, not FLASHINFER_TRTLLM (vLLM's first CUDA candidate)"
+    assert [a.label for a in moe.alternatives] == [
+        "moe_backend = 'flashinfer_trtllm'",
+        "moe_backend = 'flashinfer_cutlass'",
+        "moe_backend = 'deep_gemm'",
+    ]
+    # what the profile asked for: a kernel it disables is no fallback, a backend it chose is marked
+    asked = fallbacks.detect(
+        MOE_START.read_text(), {"moe_backend": "triton", "disabled_kernels": ["FlashInferFP8ScaledMMLinearKernel"]}
+    )
+    assert _kinds(asked) == [("moe-backend", 7), ("moe-config", 12)] and asked[0].asked
+
+
+def test_alternatives_for_ab() -> None:
+    """What `ab --against-fallbacks` builds its B sides from: each fallback with an alternative and its overrides."""
+    pairs = fallbacks.alternatives(MOE_START.read_text())
+    assert [(f.kind, overrides) for f, overrides in pairs] == [
+        ("linear-kernel", [{"vllm": {"extra_args": ["--linear-backend", "flashinfer_cutlass"]}}]),
+        (
+            "moe-backend",
+            [{"vllm": {"moe_backend": b}} for b in ("flashinfer_trtllm", "flashinfer_cutlass", "deep_gemm")],
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("benign-fp8-moe-triton-fallback-01", [("moe-backend", "Fp8 MoE on TRITON, not FLASHINFER_TRTLLM")]),
+        (
+            "benign-gb10-marlin-nvfp4-selected-01",
+            [
+                ("fp4-emulation", "NVFP4 linear layers on MarlinNvFp4LinearKernel, not FlashInferCuteDslNvFp4Linear"),
+                ("fp4-emulation", "NvFp4 MoE on MARLIN, not VLLM_CUTLASS (vLLM's first CUDA candidate): Marlin runs"),
+            ],
+        ),
+        (
+            "attn-flashinfer-sinks-unsupported-gptoss-01",
+            [
+                ("attention", "attention on TRITON_ATTN; Triton attention is the only backend vLLM found valid here"),
+                ("fp4-emulation", "FP4 MoE on Marlin (older vLLM's wording, MXFP4 or NVFP4)"),
+            ],
+        ),
+    ],
+    ids=["fp8-moe-triton", "gb10-marlin-nvfp4", "gptoss-triton-attention"],
+)
+def test_the_corpus_fallbacks(entry: str, expected: list[tuple[str, str]]) -> None:
+    found = fallbacks.detect(CORPUS[entry]["log"])
+    assert [(f.kind, f.what[: len(what)]) for f, (_, what) in zip(found, expected, strict=False)] == expected
+    assert len(found) == len(expected)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    sorted(
+        set(CORPUS)
+        - {
+            "benign-fp8-moe-triton-fallback-01",
+            "benign-gb10-marlin-nvfp4-selected-01",
+            "attn-flashinfer-sinks-unsupported-gptoss-01",
+        }
+    ),
+)
+def test_corpus_logs_without_a_fallback_name_none(entry: str) -> None:
+    """Crashes, build errors and benign noise are diagnose's; none of them is a path vLLM fell back to."""
+    assert fallbacks.detect(CORPUS[entry]["log"]) == []
+
+
+def test_the_lines_notes_quotes_from_the_h200_super_run() -> None:
+    """NOTES.md, 2026-12-03: "Your GPU does not have native support for FP4" (the seed's warning) is named; the
+    dummy weights' negative-scales warning and the JIT monitor's line are not fallbacks. (The run's full log was not
+    kept; benchmarks/gpu_nemotron.sh saves the next one's server.log.)"""
+    quoted = [
+        "Your GPU does not have native support for FP4",
+        "NVFP4 Marlin assumes the scales to be >=0, but has encountered negative scales",
+        "Triton kernel JIT compilation during inference: _zero_kv_blocks_kernel",
+    ]
+    found = fallbacks.detect("\n".join(quoted))
+    assert _kinds(found) == [("fp4-emulation", 1)]
+    assert found[0].fix == "a GPU with FP4 tensor cores (SM100, SM120); on this one Marlin is vLLM's only FP4 path"
+
+
+# A stand-in vLLM: prints the H200 eager log's lines, then answers /v1/models like a server.
+STAND_IN = """
+import http.server, json, sys
+sys.stdout.write(open(LOG).read()); sys.stdout.flush()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "stand-in"}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
+"""
+
+
+def test_serve_says_each_fallback_when_serving(tmp_path: Path) -> None:
+    port = free_port()
+    code = STAND_IN.replace("LOG", repr(str(LOGS / "h200-vllm026-eager-1b-2026-11-30.log"))).replace("PORT", str(port))
+    plan = ServePlan(
+        profile=load_profile("cpu"),
+        interpreter=Interpreter(Path(sys.executable), "test"),
+        rendered=Rendered("0.26.0"),
+        argv=[sys.executable, "-c", code],
+        host="127.0.0.1",
+        port=port,
+        verified=False,
+    )
+    (tmp_path / "config.json").write_text("{}")
+    said: list[str] = []
+    with launched(plan, str(tmp_path), tmp_path / "vllm.log", said.append, None, ready_timeout_s=60):
+        pass
+    named = [s for s in said if s.startswith("fallback: ")]
+    assert named[0] == (
+        "fallback: CUDA graphs off; fix: cuda_graphs = true in the profile (log line 14)"
+    )  # the log's first line is serve's header
+    assert len(named) == 2
