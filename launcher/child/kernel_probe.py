@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import torch
 from isolate import Build, run_isolated
-from probe_kernels import attention, gates, linear, moe
+from probe_kernels import attention, gates, linear, mamba, moe
 from probe_kernels.inputs import KernelLayer
 from starts import Starts
 from verdict import classify
@@ -59,9 +59,16 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "fp8_moe": (*_MOE, _MARLIN_FP8),
     "nvfp4_moe": (*_MOE, _MARLIN_FP4),
     "attention": ("vllm.v1.attention.ops.triton_unified_attention", "vllm.vllm_flash_attn"),
+    "mamba": ("vllm.model_executor.layers.mamba.ops.mamba_ssm",),
 }
 # every kernel the harness can set up: (chain, kernel) -> setup(m, n, k, layer) -> (run, reference)
-KERNELS: dict[tuple[str, str], Callable] = {**linear.KERNELS, **moe.KERNELS, **attention.KERNELS, **gates.GATES}
+KERNELS: dict[tuple[str, str], Callable] = {
+    **linear.KERNELS,
+    **moe.KERNELS,
+    **attention.KERNELS,
+    **mamba.KERNELS,
+    **gates.GATES,
+}
 
 
 def preloads(chains: list[str] | None) -> list[str]:

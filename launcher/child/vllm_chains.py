@@ -3,7 +3,7 @@ Prints one JSON object: {"vllm": version, "chains": {chain: [{"name", "declared"
 
 Linear chains come from the _POSSIBLE_*_KERNELS tables with each kernel's own is_supported(capability);
 MoE orders from the AVAILABLE_BACKENDS list in the oracle's source (it is local to a function); attention
-from the CUDA platform's priority function.
+from the CUDA platform's priority function; Mamba from MambaBackendEnum (--mamba-backend), its default first.
 """
 
 import ast
@@ -67,6 +67,15 @@ def attention_chain(major: int, minor: int) -> list[dict[str, object]]:
     return [{"name": b.name, "declared": None, "reason": "validated per model by vLLM's selector"} for b in backends]
 
 
+def mamba_chain() -> list[dict[str, object]]:
+    from vllm.config.mamba import MambaBackendEnum, MambaConfig
+
+    default = MambaConfig.__dataclass_fields__["backend"].default
+    backends = sorted(MambaBackendEnum, key=lambda b: b != default)
+    why = f"a --mamba-backend choice (vLLM's default: {default.name})"
+    return [{"name": b.name, "declared": None, "reason": why} for b in backends]
+
+
 def main() -> None:
     major, minor = int(sys.argv[1]), int(sys.argv[2])
     chains: dict[str, object] = {}
@@ -76,6 +85,7 @@ def main() -> None:
     ]
     readers += [(name, moe_chain, (module,)) for name, module in MOE.items()]
     readers.append(("attention", attention_chain, (major, minor)))
+    readers.append(("mamba", mamba_chain, ()))
     for name, read, args in readers:
         try:
             chains[name] = read(*args)

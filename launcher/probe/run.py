@@ -76,7 +76,7 @@ def run(
     """Probe the chains `model` can use (every chain without a model or with `every`), `only` of them if given.
     Kernels waiting for a FlashInfer JIT build are waited for until `build_wait_s` after the start, then
     reported not-built (the build goes on). A kernel measured correctly is timed in `starts` process starts."""
-    layer = model_layer(model) if model else Layer()  # a bad config.json is said before anything runs
+    layer = model_layer(model, quantization) if model else Layer()  # a bad config.json is said before anything runs
     if model is not None:
         layer = replace(layer, static_activations=model_quantization(model, quantization).static_activations)
     selection = chains_for(model, quantization, every)

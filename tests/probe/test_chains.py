@@ -127,6 +127,7 @@ def test_the_report_says_what_it_left_out_and_why(capsys: pytest.CaptureFixture[
     assert doc["chains_left_out"] == {
         "nvfp4_dense": "the weights are fp8, not NVFP4 (--quantization fp8)",
         "nvfp4_moe": "the weights are fp8, not NVFP4 (--quantization fp8)",
+        "mamba": "the model has no Mamba layers",
     }
     assert doc["layer"]["experts"] == 128 and doc["layer"]["topk"] == 8
     every = probe_json(capsys, "--model", str(MODELS / "qwen3-30b-a3b"), "--all", code=3)
@@ -157,7 +158,8 @@ def test_the_table_lists_the_chains_left_out(capsys: pytest.CaptureFixture[str])
         ),
         (
             ["--only", "fp4_dense"],
-            "nemolaunch: unknown chain fp4_dense; pick from fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention",
+            "nemolaunch: unknown chain fp4_dense; pick from fp8_dense, nvfp4_dense, nvfp4_moe, fp8_moe, attention, "
+            "mamba",
         ),
     ],
     ids=["quantization-conflicts-with-the-checkpoint", "unknown-chain"],
@@ -231,7 +233,7 @@ def test_probe_json_contract_with_a_gpu(monkeypatch: pytest.MonkeyPatch, capsys:
     # the capture timed each kernel in one start: nothing can be told a tie, and the harness was asked for three
     assert doc["starts"] == 3 and RecordedHarness.starts == 3
     assert doc["ties"] == {"fp8_dense": [], "attention": []}
-    assert doc["chains_left_out"] == dict.fromkeys(("nvfp4_dense", "nvfp4_moe", "fp8_moe"), "not in --only")
+    assert doc["chains_left_out"] == dict.fromkeys(("nvfp4_dense", "nvfp4_moe", "fp8_moe", "mamba"), "not in --only")
 
 
 def test_starts_says_how_often_the_harness_times_each_kernel(

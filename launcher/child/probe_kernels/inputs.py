@@ -10,8 +10,9 @@ FP8_MAX = 448.0
 
 @dataclass(frozen=True)
 class KernelLayer:
-    """The layer besides the shapes (launcher/probe's Layer.for_child): an 8-expert top-2 MoE and a Llama-8B-like
-    attention unless a job gives a model's; and the device the inputs live on (the tests build some on the CPU)."""
+    """The layer besides the shapes (launcher/probe's Layer.for_child): an 8-expert top-2 SiLU-gated MoE, a
+    Llama-8B-like attention and Nemotron 3 Nano's Mamba mixer unless a job gives a model's; and the device the
+    inputs live on (the tests build some on the CPU)."""
 
     experts: int = 8
     topk: int = 2
@@ -20,6 +21,13 @@ class KernelLayer:
     head_dim: int = 128
     # the model's FP8 activation scales come from its checkpoint (None: no model; a kernel may assume either)
     static_activations: bool | None = None
+    moe_activation: str = "silu"  # vLLM's MoEActivation value: "silu" gated (w1 has 2N rows), "relu2_no_mul" not
+    # the Mamba-2 mixer: heads x head_dim channels, the SSM state per channel, B and C groups, the state's dtype
+    mamba_heads: int = 64
+    mamba_head_dim: int = 64
+    mamba_state: int = 128
+    mamba_groups: int = 8
+    mamba_state_dtype: str = "float32"
     device: str = "cuda"
 
 

@@ -1,6 +1,8 @@
 """The fused MoE kernels of vLLM's fp8_moe and nvfp4_moe chains (Triton, CUTLASS, FlashInfer's CUTLASS, Marlin),
 with Triton on bf16 weights as the yardstick: M tokens routed top-k over the layer's experts, expert
-intermediate N, hidden K. A few distinct experts are quantized and tiled over all of them (DISTINCT_EXPERTS)."""
+intermediate N, hidden K (a LatentMoE's latent). A few distinct experts are quantized and tiled over all of them
+(DISTINCT_EXPERTS). The experts' activation is the layer's: SiLU-gated (w1 holds gate and up, 2N rows) or, as
+Nemotron-H's, relu2 without a gate (w1 holds N rows)."""
 
 import os
 
@@ -16,17 +18,32 @@ def moe_routing(m: int, layer: KernelLayer):
     return weights, ids.to(torch.int32)
 
 
-def moe_reference(x, w1, w2, weights, ids, s1=None, s2=None):
-    """float32 SiLU-gated MoE: w1 [E, 2N, K] (gate rows first, then up), w2 [E, K, N], each expert's weight times
-    its scale in s1 / s2 if given (dequantized as it is used); only the routed experts."""
+ACTIVATIONS = ("silu", "relu2_no_mul")  # the experts' activations the set-ups and the reference know
+
+
+def gated(layer: KernelLayer) -> bool:
+    if layer.moe_activation not in ACTIVATIONS:
+        raise NotProbed(f"the probe's MoE set-ups know the activations {', '.join(ACTIVATIONS)}, not this one")
+    return not layer.moe_activation.endswith("_no_mul")
+
+
+def moe_reference(x, w1, w2, weights, ids, s1=None, s2=None, activation="silu"):
+    """float32 MoE: w1 [E, 2N, K] (gate rows first, then up; SiLU-gated) or [E, N, K] (relu2_no_mul: relu(h)^2),
+    w2 [E, K, N], each expert's weight times its scale in s1 / s2 if given (dequantized as it is used); only the
+    routed experts."""
     ref = torch.zeros(x.shape[0], w2.shape[1], device=x.device)
     for j in range(ids.shape[1]):
         for ex in ids[:, j].unique().tolist():
             rows = ids[:, j] == ex
             a = w1[ex].float() * (1.0 if s1 is None else s1[ex])
             b = w2[ex].float() * (1.0 if s2 is None else s2[ex])
-            g, u = (x[rows].float() @ a.t()).chunk(2, dim=-1)
-            ref[rows] += weights[rows, j, None] * ((torch.nn.functional.silu(g) * u) @ b.t())
+            h = x[rows].float() @ a.t()
+            if activation == "silu":
+                g, u = h.chunk(2, dim=-1)
+                h = torch.nn.functional.silu(g) * u
+            else:
+                h = torch.relu(h).square()
+            ref[rows] += weights[rows, j, None] * (h @ b.t())
     return ref
 
 
@@ -44,9 +61,9 @@ def tile_experts(t: torch.Tensor, layer: KernelLayer) -> torch.Tensor:
 
 
 def moe_distinct_weights(n: int, k: int, layer: KernelLayer):
-    """The distinct experts' bf16 weights: w1 [d, 2N, K], w2 [d, K, N]."""
+    """The distinct experts' bf16 weights: w1 [d, 2N, K] (gated) or [d, N, K], w2 [d, K, N]."""
     d = min(layer.experts, DISTINCT_EXPERTS)
-    w1 = torch.randn(d, 2 * n, k, device=layer.device, dtype=torch.bfloat16) / k**0.5
+    w1 = torch.randn(d, (2 if gated(layer) else 1) * n, k, device=layer.device, dtype=torch.bfloat16) / k**0.5
     w2 = torch.randn(d, k, n, device=layer.device, dtype=torch.bfloat16) / n**0.5
     return w1, w2
 
@@ -58,11 +75,15 @@ def moe_bf16_weights(n: int, k: int, layer: KernelLayer):
 def moe_triton_bf16(m, n, k, layer: KernelLayer):
     """vLLM's Triton fused MoE (the TRITON backend), unquantized, as a chain baseline."""
     from vllm.model_executor.layers.fused_moe import fused_experts
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
     x = torch.randn(m, k, device=layer.device, dtype=torch.bfloat16)
     w1, w2 = moe_bf16_weights(n, k, layer)
     weights, ids = moe_routing(m, layer)
-    return (lambda: fused_experts(x, w1, w2, weights, ids)), lambda: moe_reference(x, w1, w2, weights, ids)
+    activation = MoEActivation(layer.moe_activation)
+    return (lambda: fused_experts(x, w1, w2, weights, ids, activation=activation)), lambda: moe_reference(
+        x, w1, w2, weights, ids, activation=layer.moe_activation
+    )
 
 
 def moe_fp8_inputs(m: int, n: int, k: int, layer: KernelLayer):
@@ -74,7 +95,11 @@ def moe_fp8_inputs(m: int, n: int, k: int, layer: KernelLayer):
     w1q, w2q = tile_experts(torch.stack(q1), layer), tile_experts(torch.stack(q2), layer)
     w1s, w2s = (tile_experts(torch.stack(sc).float().reshape(-1), layer) for sc in (s1, s2))
     weights, ids = moe_routing(m, layer)
-    return x, w1q, w2q, w1s, w2s, weights, ids, lambda: moe_reference(x, w1q, w2q, weights, ids, w1s, w2s)
+
+    def reference():
+        return moe_reference(x, w1q, w2q, weights, ids, w1s, w2s, layer.moe_activation)
+
+    return x, w1q, w2q, w1s, w2s, weights, ids, reference
 
 
 def moe_triton_fp8(m, n, k, layer: KernelLayer):
@@ -95,6 +120,7 @@ def moe_triton_fp8(m, n, k, layer: KernelLayer):
             w2_scale=w2s,
             a1_scale=None,
             a2_scale=None,
+            activation=layer.moe_activation,
         )
 
     return run, reference
@@ -109,6 +135,11 @@ def moe_cutlass_fp8(m, n, k, layer: KernelLayer):
 
     if not ops.cutlass_group_gemm_supported(capability()):
         raise Unsupported(f"vLLM's CUTLASS grouped GEMM is not built for sm_{capability()}")
+    if not gated(layer):
+        raise Unsupported(
+            f"vLLM's CUTLASS FP8 MoE runs gated activations only (run_cutlass_moe_fp8 asserts it), not "
+            f"{layer.moe_activation}"
+        )
     x, w1q, w2q, w1s, w2s, weights, ids, reference = moe_fp8_inputs(m, n, k, layer)
     out = torch.full((m, k), float("nan"), device=layer.device, dtype=torch.bfloat16)
     workspace13 = torch.empty(m * layer.topk, max(2 * n, k), device=layer.device, dtype=torch.bfloat16)
@@ -157,6 +188,8 @@ def moe_flashinfer_cutlass_fp8(m, n, k, layer: KernelLayer):
     gives them: w13 scale x a1 scale, 1 / a2 scale, w2 scale x a2 scale, a1 scale."""
     check_moe_backend("fp8", "FLASHINFER_CUTLASS", layer)
     flashinfer_cutlass_moe_module()
+    if not gated(layer):
+        raise NotProbed(f"the probe drives FlashInfer's CUTLASS MoE with SwiGLU only, not {layer.moe_activation}")
     from flashinfer.fused_moe.core import ActivationType
     from vllm import _custom_ops as ops
     from vllm.model_executor.layers.quantization.utils.flashinfer_utils import swap_w13_to_w31
@@ -192,6 +225,7 @@ def moe_marlin(quant: str):
     activations."""
 
     def setup(m, n, k, layer: KernelLayer):
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
         from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
         from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import rand_marlin_weight_nvfp4_like
         from vllm.model_executor.layers.quantization.utils.marlin_utils_fp8 import marlin_quant_fp8_torch
@@ -212,15 +246,16 @@ def moe_marlin(quant: str):
         g1, g2 = (tile_experts(torch.stack(p[3]).reshape(-1), layer) if quant == "nvfp4" else None for p in (p1, p2))
         weights, ids = moe_routing(m, layer)
         kind = scalar_types.float4_e2m1f if quant == "nvfp4" else scalar_types.float8_e4m3fn
+        activation = MoEActivation(layer.moe_activation)
 
         def run():
             return fused_marlin_moe(
                 hidden_states=x, w1=q1, w2=q2, bias1=None, bias2=None, w1_scale=s1, w2_scale=s2,
                 topk_weights=weights, topk_ids=ids, quant_type_id=kind.id, global_num_experts=layer.experts,
-                global_scale1=g1, global_scale2=g2,
+                global_scale1=g1, global_scale2=g2, activation=activation,
             )  # fmt: skip
 
-        return run, lambda: moe_reference(x, r1, r2, weights, ids)
+        return run, lambda: moe_reference(x, r1, r2, weights, ids, activation=layer.moe_activation)
 
     return setup
 
