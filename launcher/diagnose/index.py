@@ -1,0 +1,93 @@
+"""The message index of the installed serving stack: built by a child under the engine's interpreter
+(launcher/child/message_index.py), cached by the versions of the packages it read, so it follows an upgrade
+by itself and costs one small child (the versions) when nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.files import atomic_write_text, cache_dir
+from checks.proc import run_python
+from launcher.diagnose.templates import TemplateIndex, anchors
+from launcher.paths import CHILD_DIR
+
+SCRIPT = CHILD_DIR / "message_index.py"
+VERSIONS_TIMEOUT_S = 60.0
+BUILD_TIMEOUT_S = 900.0  # a cold build reads ~8,000 source files: about a minute on two cores
+
+
+class IndexUnavailable(Exception):
+    """The index could not be built: the reason, one line."""
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    python: str
+    packages: dict[str, str]
+    templates: int
+    path: Path
+    cached: bool
+    build_s: float | None  # the child's build time when it was built now
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "packages": self.packages,
+            "templates": self.templates,
+            "cache": str(self.path),
+            "cached": self.cached,
+            "build_s": self.build_s,
+        }
+
+
+def _key(python: str, packages: dict[str, str], sources: list[str]) -> str:
+    """Changes when the interpreter, a package version, the folders read or the index's own code change."""
+    code = SCRIPT.read_bytes() + Path(__file__).with_name("templates.py").read_bytes()
+    blob = json.dumps([python, packages, sources, hashlib.sha256(code).hexdigest()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _versions(python: str) -> dict[str, str]:
+    r = run_python(python, SCRIPT, ["--versions"], timeout=VERSIONS_TIMEOUT_S)
+    answer = r.json()
+    if not r.ok or not isinstance(answer, dict):
+        raise IndexUnavailable(f"{python} could not list its packages: {r.last_error()}")
+    return {str(k): str(v) for k, v in answer.items()}
+
+
+def load_index(
+    python: str | os.PathLike[str], sources: dict[str, tuple[Path, str]] | None = None, refresh: bool = False
+) -> tuple[TemplateIndex, IndexInfo]:
+    """The index of what `python` has installed (or of `sources`: {package: (folder, version)}, an unpacked
+    wheel of another version), from the cache when its packages have not changed since it was built."""
+    python = str(python)
+    args = [f"{name}={folder}@{version}" for name, (folder, version) in sorted((sources or {}).items())]
+    packages = {name: version for name, (_, version) in (sources or {}).items()} or _versions(python)
+    if not packages:
+        raise IndexUnavailable(f"{python} has none of the packages the index reads (vllm, torch, ...)")
+    path = cache_dir("diagnose") / f"index-{_key(python, packages, args)}.json"
+    build_s = None
+    if refresh or not path.is_file():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.child")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            r = run_python(python, SCRIPT, [str(tmp), *args], timeout=BUILD_TIMEOUT_S)
+            if not r.ok or not tmp.is_file():
+                reason = "timed out" if r.timed_out else r.last_error()
+                raise IndexUnavailable(f"building the message index under {python} failed: {reason}")
+            doc = json.loads(tmp.read_text())
+        finally:
+            tmp.unlink(missing_ok=True)
+        doc["anchors"] = anchors(doc["templates"])
+        build_s = float(doc.get("seconds", 0.0))
+        atomic_write_text(path, json.dumps(doc, separators=(",", ":")))
+    else:
+        doc = json.loads(path.read_text())
+    index = TemplateIndex(doc)
+    return index, IndexInfo(python, doc["packages"], len(index), path, build_s is None, build_s)

@@ -1,0 +1,82 @@
+"""Where in its life a vLLM server is, read from the lines it prints: starting, in which stage, failed,
+stopped on request. The markers are vLLM's and uvicorn's own words (0.26 and 0.32 print them alike).
+"""
+
+from __future__ import annotations
+
+import enum
+
+TRACEBACK = b"Traceback (most recent call last)"
+# A line saying the server or its engine died, whatever the reason.
+FATAL = (
+    b"EngineCore failed to start",
+    b"EngineCore encountered a fatal error",
+    b"Engine core initialization failed",
+    b"EngineDeadError",
+    b"died unexpectedly",
+    b"engine core exited unexpectedly",
+    b"Engine loop has died",
+    b"terminating server process",
+    b"Segmentation fault",
+    b"core dumped",
+)
+# Exceptions that only say something below them failed: the root error is the one before them, or the one
+# they quote.
+WRAPPERS = ("EngineDeadError", "Engine core initialization failed", "EngineCore failed to start", "WorkerProc hit")
+# A stop someone asked for: the engine core was sent SIGTERM/SIGINT (by nemolaunch, the operator, Kubernetes),
+# the API server's own shutdown began, or Ctrl-C. What vLLM logs after it (EngineDeadError, force-killed
+# processes) is the stop, not a crash.
+STOP = (
+    b"trigger received signal=SIGTERM",
+    b"trigger received signal=SIGINT",
+    b"API server: shutdown triggered",
+    b"KeyboardInterrupt",
+)
+# vLLM starting, and vLLM serving: a log with the first and neither the second nor an error ended early.
+STARTED = (b"Initializing a V1 LLM engine", b"non-default args", b"vLLM API server version")
+SERVING = b"Application startup complete"
+
+
+class Stage(enum.StrEnum):
+    LOADING = "loading weights"
+    PROFILING = "memory profiling"
+    CAPTURE = "CUDA graph capture"
+    SERVING = "serving requests"
+
+
+# markers vLLM prints as it enters a stage, and functions a traceback passes through in it (lower case)
+STAGE_MARKERS = (
+    (
+        Stage.LOADING,
+        (b"Starting to load model", b"Loading safetensors checkpoint", b"load_weights", b"in load_model"),
+    ),
+    (
+        Stage.PROFILING,
+        (b"Loading weights took", b"Model loading took", b"determine_available_memory", b"in profile_run"),
+    ),
+    (Stage.CAPTURE, (b"Capturing CUDA graph", b"Capturing cudagraphs", b"in capture_model")),
+    (Stage.SERVING, (SERVING, b"in execute_model", b"in step_with_batch_queue")),
+)
+STAGE_FIX: dict[str | None, str] = {
+    None: "read the root error; run nemolaunch doctor to check the stack, and the arguments vLLM printed at start",
+    Stage.LOADING: "check the model folder (config.json, every safetensors shard complete and readable), "
+    "free disk and host memory; run nemolaunch doctor",
+    Stage.PROFILING: "lower --max-model-len or --max-num-seqs, or raise --gpu-memory-utilization; "
+    "--enforce-eager tells whether torch.compile is involved",
+    Stage.CAPTURE: "lower --gpu-memory-utilization or --cudagraph-capture-sizes; --enforce-eager confirms "
+    "capture is the cause (it costs throughput, do not keep it)",
+    Stage.SERVING: "a request crashed the engine: CUDA_LAUNCH_BLOCKING=1 names the failing kernel; "
+    "keep the request that triggered it, and check nemolaunch probe for the kernels in use",
+}
+# A root line that only says the engine process is gone: it died without a Python error of its own.
+SILENT_DEATH = ("EngineDeadError", "exited unexpectedly", "died unexpectedly")
+COLLECT_AFTER_SILENT_DEATH = (
+    "the engine core died without printing an error of its own, so the log cannot say why: collect "
+    "dmesg | grep -i -e oom -e killed (the host's OOM killer), the pod's events (kubectl describe pod: OOMKilled), "
+    "the exit code or signal, and check host memory; a native crash prints 'Segmentation fault' or a core dump"
+)
+COLLECT_AFTER_EARLY_END = (
+    "the log ends while {stage} without an error: if vLLM is gone, something outside it stopped it (dmesg, the "
+    "pod's events, the exit code); if it is still there, it hangs: py-spy dump --pid <engine core pid>, and "
+    "NCCL_DEBUG=INFO for a multi-GPU start"
+)

@@ -1,0 +1,105 @@
+"""Reading a log as an operator does: in blocks of whole lines, without the prefixes that containers, Ray,
+torch and vLLM's logger put before a message, and with the message a wrapper quotes read as its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import IO
+
+from launcher.errors import BadInput
+
+BLOCK_BYTES = 8 << 20
+MAX_LINE_TEXT = 1024  # bytes of a line decoded for evidence or a root error (it is shown cut to 400 characters)
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+# Which container or process wrote a line: dropped from evidence, which keeps the level and the source file.
+_WRITER = re.compile(
+    r"^(?:[\w.-]+\s+\|\s)?(?:\((?:EngineCore|APIServer|Worker|VllmWorker|StageEngineCore)\w*"
+    r"\s+pid=\d+\)\s*)?(?:\[rank\d+\]:\s*)?"
+)
+_LEVELS = r"(?:ERROR|WARNING|WARN|INFO|CRITICAL|DEBUG|FATAL)"
+# Everything before the message, in any order and repeated: container name, CRI/k8s stream prefix, timestamps,
+# SGLang's "[2025-01-01 12:00:00 TP0]", vLLM's and Ray's "(EngineCore pid=1)" / "(RayWorkerWrapper pid=1,
+# ip=10.0.0.1)", "[rank0]:", torch's "[W1203 10:35:44.6 utils.cpp:68]", NCCL's "host:pid:tid [0]", vLLM's
+# "ERROR 10-25 13:08:43 [core.py:708]", uvicorn's "INFO:     ", Python logging's "- name - ERROR - ".
+_PREFIX = re.compile(
+    r"^(?:\s*(?:"
+    r"[\w.-]+\s+\|\s"
+    r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:stdout|stderr)\s+[FP]\s"
+    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?(?:\s+-)?\s"
+    r"|\[\d{4}-\d\d-\d\d[ T][\d:.,]+[^\]]{0,40}\]\s?"
+    r"|\((?:[\w:.-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"
+    r"|\[rank\d+\]:\s?"
+    r"|\[[WEIF]\d{4} [\d:.]+ [\w./-]+:\d+\]\s?"
+    r"|[\w.-]+:\d+:\d+\s+\[\d+\]\s"
+    rf"|{_LEVELS}\s+(?:\d\d-\d\d\s[\d:.]+\s+)?\[[\w./-]+:\d+\]\s?"
+    rf"|{_LEVELS}:\s+"
+    rf"|[\w.]+\s+-\s+{_LEVELS}\s+-\s"
+    r"))+"
+)
+# a line whose level says it is ordinary: vLLM's INFO/DEBUG lines, uvicorn's access log
+_ORDINARY = re.compile(rb"^[^\n]{0,80}?(?:\b(?:INFO|DEBUG)\s+\d\d-\d\d\s|(?:^|\)\s|\|\s)(?:INFO|DEBUG):\s)")
+_QUOTED = re.compile(r"""(['"])((?:(?!\1).){20,}?)\1(?=[\s,.;:)\]]|$)""")
+_QUOTES = str.maketrans({'"': "'", "`": "'", "\u2018": "'", "\u2019": "'", "\u201c": "'", "\u201d": "'"})
+_SPACE = re.compile(r"\s+")
+
+
+def decode(raw: bytes) -> str:
+    return raw[:MAX_LINE_TEXT].decode("utf-8", "replace")
+
+
+def evidence(raw: bytes) -> str:
+    """A line as shown in a finding: without the container and process that wrote it, cut to 400 characters."""
+    return _WRITER.sub("", decode(raw)).strip()[:400]
+
+
+def message(raw: bytes | str) -> str:
+    """The message of a line, without anything its writers put before it."""
+    text = decode(raw) if isinstance(raw, bytes) else raw
+    return _PREFIX.sub("", text).strip()
+
+
+def is_ordinary(raw: bytes) -> bool:
+    """An INFO or DEBUG line of vLLM's logger or uvicorn's: no error or warning message is printed at that level."""
+    return _ORDINARY.match(raw) is not None
+
+
+def normal(text: str) -> str:
+    """The form a message and a template are compared in: one kind of quote, single spaces. Logs re-quote and
+    re-flow messages (a repr, a terminal wrap), and neither changes what the message says."""
+    return _SPACE.sub(" ", text.translate(_QUOTES)).strip()
+
+
+def inner_messages(text: str) -> list[str]:
+    """The messages a wrapper quotes ("Worker failed with error 'CUDA error: out of memory'", a repr with \\n),
+    each to be read as a line of its own."""
+    pieces = [p.strip() for p in text.split("\\n") if p.strip()] if "\\n" in text else []
+    pieces += [m.group(2) for m in _QUOTED.finditer(text) if " " in m.group(2)]
+    return pieces
+
+
+def read_blocks(stream: IO[bytes], name: str) -> Iterator[bytes]:
+    """Blocks of whole lines, a few MB each; a binary file is bad input. A line longer than a block is cut at
+    block boundaries (kept parts are never re-joined, so a log without newlines costs one pass and one block
+    of memory)."""
+    head = stream.read(BLOCK_BYTES)
+    if b"\x00" in head[:65536]:
+        raise BadInput(f"{name} is a binary file, not a log", "give the text log vLLM wrote (or - for stdin)")
+    pending = b""
+    block = head
+    while block:
+        data = pending + block if pending else block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+            pending = data[cut:]
+        elif len(data) >= BLOCK_BYTES:
+            yield data  # no newline in a whole block: hand it on as part of one long line
+            pending = b""
+        else:
+            pending = data
+        block = stream.read(BLOCK_BYTES)
+    if pending:
+        yield pending

@@ -1,0 +1,311 @@
+"""The scan: a log (blocks of a file, or live lines) against the curated rules, the message index and the
+markers of vLLM's life.
+
+Per sub-block of SUB_BLOCK bytes: the set of its words (one translate and one split, at C speed) intersected
+with the anchor words of the rules' patterns and the markers; only those whose anchor word is there are searched
+for (bytes.find of their literal, then the regex on that line). Lines that hold an error-like word and are not
+INFO/DEBUG lines are then compared with the message index. An ordinary block costs one pass, whatever the
+number of rules and templates.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from launcher.diagnose import lifecycle as life
+from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
+from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
+from launcher.diagnose.logtext import ANSI, MAX_LINE_TEXT, evidence, inner_messages, is_ordinary, message
+from launcher.diagnose.rules import Rule, Severity
+from launcher.diagnose.sites import SiteRules
+from launcher.diagnose.templates import TemplateIndex
+
+SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's lines are searched in this much
+LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal
+MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log of a million is not read twice
+MAX_INDEX_LINES = 20000  # lines compared with the index per log: past that, a log is one failure repeated
+# a line that may carry an error or warning message holds one of these (case as printed)
+ERRORISH = (b"rror", b"ERROR", b"WARN", b"arning", b"xception", b"ailed", b"FAIL", b"atal", b"ssert", b"not supported")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$"
+)
+
+
+def _marker_pattern(marker: bytes) -> re.Pattern[str]:
+    """A fixed marker as a pattern whose edge words are whole words (so the prefilter can anchor on them)."""
+    text = marker.decode()
+    left = r"\b" if WORD.match(text[0]) else ""
+    right = r"\b" if WORD.match(text[-1]) else ""
+    return re.compile(left + re.escape(text) + right)
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One thing the scan looks for: a rule's pattern, or a marker of a stage, a fatal line, a stop, a start
+    or a traceback."""
+
+    literal: bytes  # in every match: bytes.find locates candidate lines by it
+    pattern: re.Pattern[bytes] | None  # None: the literal alone is the match
+    rule: Rule | None = None
+    stage: str | None = None
+    kind: str = "rule"  # rule | stage | fatal | stop | start | traceback
+
+
+def _members(rules: list[Rule]) -> dict[bytes, list[_Member]]:
+    by_word: dict[bytes, list[_Member]] = {}
+    for rule in rules:
+        for p in rule.patterns:
+            literal = required_literal(p)
+            assert literal is not None  # load_rules refuses patterns without one
+            member = _Member(literal, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), rule)
+            by_word.setdefault(rarest(anchor_words(p)), []).append(member)
+    markers: list[tuple[bytes, str | None, str]] = [(life.TRACEBACK, None, "traceback")]
+    markers += [(m, None, "fatal") for m in life.FATAL] + [(m, None, "stop") for m in life.STOP]
+    markers += [(m, None, "start") for m in life.STARTED]
+    markers += [(m, stage, "stage") for stage, ms in life.STAGE_MARKERS for m in ms]
+    for marker, stage, kind in markers:
+        by_word.setdefault(rarest(anchor_words(_marker_pattern(marker))), []).append(
+            _Member(marker, None, stage=stage, kind=kind)
+        )
+    return by_word
+
+
+class Matcher:
+    """Accumulates findings over text fed in order (blocks of a file, or live lines)."""
+
+    def __init__(self, rules: list[Rule], gpu_family: str | None = None, index: TemplateIndex | None = None) -> None:
+        self.rules = rules
+        self.gpu_family = gpu_family
+        self.index = index
+        self.findings: dict[str, Finding] = {}
+        self.trace = Trace()
+        self.lines_seen = 0
+        self._open_line = False  # the text fed so far ends inside a line
+        self._by_word = _members(rules)
+        self._words = frozenset(self._by_word)
+        self._sites = SiteRules(rules, index)
+        self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
+        self._index_lines = 0
+
+    def _line_at(self, text: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
+        """The line around pos, looked for no further than LONG_LINE either side: in a log without newlines a
+        "line" is the window around each hit."""
+        lo, hi = max(lo, pos - LONG_LINE), min(hi, pos + LONG_LINE)
+        nl = text.rfind(b"\n", lo, pos)
+        start = nl + 1 if nl >= 0 else lo
+        nl = text.find(b"\n", pos, hi)
+        return start, nl if nl >= 0 else hi
+
+    def _scan(self, text: bytes) -> tuple[dict[str, tuple[Rule, set[int], dict[str, str]]], list[tuple[int, _Member]]]:
+        """Rule hits (rule id -> rule, line starts, named groups) and marker hits (position, marker) in `text`."""
+        hits: dict[str, tuple[Rule, set[int], dict[str, str]]] = {}
+        markers: dict[int, _Member] = {}
+        start = 0
+        while start < len(text):
+            cut = text.find(b"\n", start + SUB_BLOCK, start + 2 * SUB_BLOCK)
+            # no newline near: a line longer than a sub-block is cut, the pieces overlapping by LONG_LINE bytes
+            end, over = (cut + 1, cut + 1) if cut >= 0 else (min(len(text), start + SUB_BLOCK), LONG_LINE)
+            stop = min(len(text), end + over) if cut < 0 else end
+            present = self._words.intersection(text[start:stop].translate(NON_WORD).split())
+            for word in present:
+                for member in self._by_word[word]:
+                    pos = text.find(member.literal, start, stop)
+                    while pos >= 0:
+                        line_start, line_end = self._line_at(text, pos, start, stop)
+                        if member.pattern is None:
+                            markers[pos] = member
+                        else:
+                            m = member.pattern.search(text, line_start, line_end)
+                            if m and member.rule is not None:
+                                _, lines, groups = hits.setdefault(member.rule.id, (member.rule, set(), {}))
+                                lines.add(line_start)
+                                for k, v in m.groupdict().items():
+                                    if v and k not in groups:
+                                        groups[k] = v.decode(errors="replace")
+                        pos = text.find(member.literal, line_end, stop)
+            if self.index is not None:
+                self._scan_index(text, start, stop, hits)
+            start = end
+        return hits, sorted(markers.items())
+
+    def _scan_index(
+        self, text: bytes, start: int, stop: int, hits: dict[str, tuple[Rule, set[int], dict[str, str]]]
+    ) -> None:
+        """Lines of text[start:stop] that may carry an error or warning, compared with the message index. A line a
+        rule's pattern matched gets the raise site; a line no pattern matched gets the rule keyed on its site,
+        or a finding of its own made from the template."""
+        assert self.index is not None
+        starts: set[int] = set()
+        for needle in ERRORISH:
+            pos = text.find(needle, start, stop)
+            while pos >= 0:
+                line_start, line_end = self._line_at(text, pos, start, stop)
+                starts.add(line_start)
+                pos = text.find(needle, line_end, stop)
+        by_line = {s: rid for rid, (_, lines, _) in hits.items() for s in lines}
+        for line_start in sorted(starts):
+            if self._index_lines >= MAX_INDEX_LINES:
+                return
+            line_end = self._line_at(text, line_start, start, stop)[1]
+            raw = text[line_start : min(line_end, line_start + MAX_LINE_TEXT)]
+            if is_ordinary(raw):
+                continue
+            self._index_lines += 1
+            nxt = text[line_end + 1 : self._line_at(text, line_end + 1, start, stop)[1]] if line_end < stop else None
+            template = self.index.match(raw, nxt or None)
+            if template is None:
+                continue
+            rule_id = by_line.get(line_start)
+            if rule_id is not None:
+                self._sites.attach(rule_id, template)
+                continue
+            rule = self._sites.rule_for(template, message(raw))
+            hits.setdefault(rule.id, (rule, set(), {}))[1].add(line_start)
+
+    def feed(self, text: bytes) -> list[Finding]:
+        """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded
+        text); returns the findings that appeared for the first time."""
+        if b"\x1b" in text:
+            text = ANSI.sub(b"", text)
+        first_line = self.lines_seen + 1 - (1 if self._open_line else 0)
+        new: list[Finding] = []
+        hits, markers = self._scan(text)
+        stages = [(at, m.stage) for at, m in markers if m.kind == "stage" and m.stage]
+        tracebacks = [at for at, m in markers if m.kind == "traceback"]
+        wanted: list[tuple[int, Finding]] = []
+        order = {r.id: i for i, r in enumerate(self.rules)}
+        # in knowledge-base order (index findings after), so "new" findings come out in a stable order
+        for rule_id in sorted(hits, key=lambda r: (order.get(r, len(order)), r)):
+            rule, starts, groups = hits[rule_id]
+            finding = self._finding(rule, new)
+            if finding.stage is None and starts:
+                finding.stage = self._stage_of(text, min(starts), stages, tracebacks)
+            finding.count += len(starts)
+            finding.groups = {**groups, **finding.groups}
+            room = max(0, MAX_EVIDENCE - len(finding.evidence))
+            wanted += [(start, finding) for start in sorted(starts)[:room]]
+        # line numbers counted once through the block, not from its start for every piece of evidence
+        line, counted = first_line, 0
+        for start, finding in sorted(wanted, key=lambda x: x[0]):
+            line += text.count(b"\n", counted, start)
+            counted = start
+            end = text.find(b"\n", start)
+            finding.evidence.append((line, evidence(text[start : end if end >= 0 else len(text)])))
+        self._track_life(text, first_line, markers, stages)
+        self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
+        self._open_line = bool(text) and not text.endswith(b"\n")
+        return new
+
+    def _stage_of(self, text: bytes, pos: int, stages: list[tuple[int, str]], tracebacks: list[int]) -> str | None:
+        """The stage a hit at pos happened in: named by the frames of the traceback it ends, else by the last
+        stage marker before it."""
+        tb = max((at for at in tracebacks if pos - 65536 < at < pos), default=None)
+        return (self._stage_in(text[tb:pos]) if tb is not None else None) or self._stage_at(stages, pos)
+
+    def _stage_at(self, stages: list[tuple[int, str]], pos: int) -> str | None:
+        """The stage of the last stage marker before `pos` (stages: this feed's, in order), else the stage the
+        earlier feeds ended in."""
+        best = self.trace.stage
+        for at, stage in stages:
+            if at >= pos:
+                break
+            best = stage
+        return best
+
+    def _track_life(
+        self, text: bytes, first_line: int, markers: list[tuple[int, _Member]], stages: list[tuple[int, str]]
+    ) -> None:
+        """Root errors (the exception each traceback ends with, and its stage), the first fatal line, the first
+        stop asked for, start and serving. A traceback may end in a later feed (live, line by line): then the
+        next feeds finish it."""
+        trace = self.trace
+
+        def line_of(at: int) -> int:
+            return first_line + text.count(b"\n", 0, at)
+
+        def whole_line(at: int) -> tuple[int, str]:
+            start = text.rfind(b"\n", 0, at) + 1
+            end = text.find(b"\n", at)
+            return line_of(start), evidence(text[start : end if end >= 0 else len(text)])
+
+        if self._awaiting is not None:
+            stage, lines_left = self._awaiting
+            root = self._exception_after(text, 0, lines_left)
+            if root:
+                at, line = root
+                trace.roots.append((line_of(at), line, self._stage_in(text[:at]) or stage))
+                self._awaiting = None
+            else:
+                left = lines_left - text.count(b"\n") - 1
+                self._awaiting = (self._stage_in(text) or stage, left) if left > 0 else None
+        for pos, member in markers:
+            if member.kind == "traceback" and trace.tracebacks < MAX_ROOTS:
+                trace.tracebacks += 1
+                after = text.find(b"\n", pos)
+                root = self._exception_after(text, after + 1, 400) if after >= 0 else None
+                stage_here = self._stage_at(stages, pos)
+                if root:
+                    at, line = root
+                    # a traceback names the stage through its frames; else the last marker the log printed
+                    trace.roots.append((line_of(at), line, self._stage_in(text[pos:at]) or stage_here))
+                else:
+                    self._awaiting = (self._stage_in(text[pos:]) or stage_here, 400)
+            elif member.kind == "fatal" and trace.fatal is None:
+                trace.fatal = (*whole_line(pos), self._stage_at(stages, pos))
+            elif member.kind == "stop" and trace.stop is None:
+                trace.stop = whole_line(pos)
+            elif member.kind == "start":
+                trace.started = True
+            elif member.kind == "stage" and member.literal == life.SERVING and trace.serving is None:
+                trace.serving = line_of(pos)
+        trace.stage = self._stage_at(stages, len(text) + 1)
+
+    @staticmethod
+    def _stage_in(frames: bytes) -> str | None:
+        found = None
+        for stage, markers in life.STAGE_MARKERS:
+            if any(m in frames for m in markers if m.startswith(b"in ") or m.islower()):
+                found = stage
+        return found
+
+    @staticmethod
+    def _exception_after(text: bytes, start: int, max_lines: int) -> tuple[int, str] | None:
+        """The first exception line from `start` on: where Python says what went wrong. A wrapper that quotes
+        the error it wraps gives the quoted error."""
+        for _ in range(max_lines):
+            if start >= len(text):
+                return None
+            end = text.find(b"\n", start)
+            end = len(text) if end < 0 else end
+            said = message(text[start:end])
+            if _EXCEPTION.match(said):
+                if not said.startswith(life.WRAPPERS):
+                    return start, said[:400]
+                inner = [m for m in inner_messages(said) if _EXCEPTION.match(m)]
+                if inner:
+                    return start, inner[0][:400]
+            start = end + 1
+        return None
+
+    def _finding(self, rule: Rule, new: list[Finding]) -> Finding:
+        if rule.id not in self.findings:
+            site = self._sites.site_of(rule.id)
+            finding = Finding(rule, rule.severity_on(self.gpu_family), site=site)
+            finding.origin = INDEX if rule.id.startswith("raised:") else CURATED
+            self.findings[rule.id] = finding
+            new.append(finding)
+        return self.findings[rule.id]
+
+    def report(self) -> list[Finding]:
+        """Findings by severity, read as an operator would (findings.compose)."""
+        found = [f for f in self.findings.values() if f.count]
+        for f in found:
+            if f.site is None:
+                f.site = self._sites.site_of(f.rule.id)
+        return compose(found, self.trace)
+
+    def root_cause(self) -> Finding | None:
+        """The first error of the report, if the log shows a failure."""
+        errors = [f for f in self.report() if f.severity == Severity.ERROR]
+        return errors[0] if errors else None

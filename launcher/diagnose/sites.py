@@ -1,0 +1,79 @@
+"""From a matched template to a finding's rule: the curated rule keyed on its raise site when there is one (any
+wording of the message reaches it), else a rule made from the template itself: where it was raised, under which
+condition, the advice its message carries and the knobs its function reads.
+"""
+
+from __future__ import annotations
+
+from launcher.diagnose.lifecycle import STAGE_FIX
+from launcher.diagnose.rules import Rule, Severity
+from launcher.diagnose.templates import Site, TemplateIndex
+
+MAX_TITLE = 110
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+class SiteRules:
+    def __init__(self, rules: list[Rule], index: TemplateIndex | None) -> None:
+        self.keyed = [r for r in rules if r.sites]
+        self.index = index
+        self._site_by_rule: dict[str, Site] = {}
+        self._made: dict[int, Rule] = {}
+
+    def attach(self, rule_id: str, template: int) -> None:
+        """The raise site of a line a curated rule's pattern matched: the rule keeps its fix, the finding gains
+        where the message came from."""
+        assert self.index is not None
+        self._site_by_rule.setdefault(rule_id, self.index.site(template))
+
+    def site_of(self, rule_id: str) -> Site | None:
+        return self._site_by_rule.get(rule_id)
+
+    def rule_for(self, template: int, said: str) -> Rule:
+        """The rule for a line that matched template but no curated pattern. `said` is the message as logged:
+        its values make the advice concrete."""
+        assert self.index is not None
+        site = self.index.site(template)
+        for rule in self.keyed:
+            if rule.explains(site.file, site.function):
+                self.attach(rule.id, template)
+                return rule
+        if template not in self._made:
+            self._made[template] = self._make(site, said)
+            self._site_by_rule[self._made[template].id] = site
+        return self._made[template]
+
+    def _make(self, site: Site, said: str) -> Rule:
+        assert self.index is not None
+        clauses, named = self.index.advice(said)
+        knobs = [self.index.flag_of(k) for k in site.knobs]
+        verb = "raised" if site.level == "error" and not site.exception.startswith("logger.") else "logged"
+        when = f" when {site.guard}" if site.guard else ""
+        cause = f"{verb} by {site.where()}{when}"
+        if knobs:
+            cause += f"; that code reads {', '.join(knobs)}"
+        fix_parts = []
+        if clauses:
+            fix_parts.append("the message says: " + " ".join(clauses))
+        if named:
+            fix_parts.append("it names " + ", ".join(named))
+        if not fix_parts and knobs:
+            fix_parts.append("the knobs of the code that raised it: " + ", ".join(knobs))
+        fix = "; ".join(fix_parts) or STAGE_FIX[None]
+        # without advice of its own, the stage the failure happened in says what to try
+        stage_fix = () if fix_parts else tuple((k, v) for k, v in STAGE_FIX.items() if k is not None)
+        kind = site.exception if verb == "raised" else f"{site.package} {site.level}"
+        version = self.index.packages.get(site.package, "")
+        return Rule(
+            id=f"raised:{site.file}:{site.function or site.line}",
+            severity=Severity.ERROR if site.level == "error" else Severity.INFO,
+            title=_short(f"{kind}: {site.text}", MAX_TITLE),
+            patterns=(),
+            cause=cause,
+            fix=fix,
+            source=f"message index: {site.package} {version}".strip(),
+            stage_fix=stage_fix,
+        )

@@ -1,0 +1,174 @@
+"""Matching log lines against the message index: the templates of the messages the installed software prints.
+
+A template is its literal parts with a gap for each formatted part. It matches a message that holds its literal
+parts in order, compared in `logtext.normal` form (one kind of quote, single spaces), so a re-quoted or re-flowed
+message still matches, and a message cut by a terminal wrap matches across the next line. Each template is
+anchored on its rarest whole word; a line is compared only with the templates anchored on its words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.diagnose.literals import NON_WORD, WORD, ordinary_word_counts
+from launcher.diagnose.logtext import message, normal
+
+MIN_MATCHED = 16  # literal characters a match must cover
+MIN_SHARE = 0.25  # and this share of the message: a short common phrase inside a long message is not its source
+# where a package's own messages win a tie: the engine's first, then its kernels, then the libraries under it
+PACKAGE_ORDER = ("vllm", "flashinfer", "nccl", "cuda_runtime", "torch", "triton", "transformers", "huggingface_hub")
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+_ENV = re.compile(r"\b(?:VLLM|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP)_[A-Z0-9_]{2,}\b")
+_IMPERATIVE = re.compile(
+    r"^(?:please\s+|you (?:can|may|should|might want to|need to)\s+|consider\s+|otherwise,?\s+|or\s+"
+    r"|to fix.{0,20}?,\s*)?"
+    r"(?:try|set|use|install|upgrade|downgrade|decrease|increase|reduce|lower|raise|disable|enable|make sure|"
+    r"specify|pass|add|remove|check|run|reinstall|update|export|unset|switch)\b",
+    re.IGNORECASE,
+)
+_SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a message is raised or logged, and what its code reads."""
+
+    package: str
+    file: str
+    line: int | None
+    function: str | None
+    exception: str
+    level: str  # error | warning
+    guard: str | None
+    knobs: tuple[str, ...]
+    text: str  # the template, "…" for each formatted part
+
+    def where(self) -> str:
+        place = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{self.function} ({place})" if self.function else place
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "exception": self.exception,
+            "condition": self.guard,
+            "knobs": list(self.knobs),
+            "template": self.text,
+        }
+
+
+def _words(parts: list[str | None]) -> list[str]:
+    """Whole words of the literal parts: a word at the edge of a part next to a gap may be glued to the value
+    that fills it, so only words with a non-letter (or the template's own start or end) on both sides count."""
+    out = []
+    for i, part in enumerate(parts):
+        if part is None:
+            continue
+        for m in WORD.finditer(part):
+            left = m.start() > 0 or i == 0
+            right = m.end() < len(part) or i == len(parts) - 1
+            if left and right and len(m.group()) >= 3:
+                out.append(m.group())
+    return out
+
+
+def anchors(templates: list[dict[str, Any]]) -> list[str | None]:
+    """Each template's anchor: its whole word least common among ordinary log lines, then among the templates
+    (so each word's list stays short), then the longest. None: the template has no whole word of 3+ letters."""
+    words = [_words(t["parts"]) for t in templates]
+    spread = Counter(w for ws in words for w in set(ws))
+    ordinary = ordinary_word_counts()
+    return [
+        min(ws, key=lambda w: (ordinary.get(w.encode(), 0) > 0, spread[w], -len(w))) if ws else None for ws in words
+    ]
+
+
+class TemplateIndex:
+    """The templates of a message index, ready to match lines."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.packages: dict[str, str] = doc["packages"]
+        self.engine_args: frozenset[str] = frozenset(doc.get("engine_args", []))
+        self._raw: list[dict[str, Any]] = doc["templates"]
+        self._parts: list[tuple[str, ...]] = []
+        self._by_word: dict[bytes, list[int]] = {}
+        for i, (t, anchor) in enumerate(zip(self._raw, doc["anchors"], strict=True)):
+            self._parts.append(tuple(normal(p) if p.strip() else " " for p in t["parts"] if p is not None))
+            if anchor is not None:
+                self._by_word.setdefault(anchor.encode(), []).append(i)
+        self._sites: dict[int, Site] = {}
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def site(self, i: int) -> Site:
+        if i not in self._sites:
+            t = self._raw[i]
+            self._sites[i] = Site(
+                package=t["package"],
+                file=t["file"],
+                line=t["line"],
+                function=t["function"],
+                exception=t["exception"],
+                level=t["level"],
+                guard=t["guard"],
+                knobs=tuple(t["knobs"]),
+                text="".join("…" if p is None else p for p in t["parts"]).strip(),
+            )
+        return self._sites[i]
+
+    def _covered(self, i: int, text: str) -> int:
+        """Literal characters of template i found in order in text; -1 where a part is missing."""
+        at, covered = 0, 0
+        for part in self._parts[i]:
+            found = text.find(part, at)
+            if found < 0:
+                return -1
+            at = found + len(part)
+            covered += len(part)
+        return covered
+
+    def match(self, raw: bytes, following: bytes | None = None) -> int | None:
+        """The template a log line says, or None. `following` is the next line: a message a terminal or a
+        container wrapped continues there."""
+        text = normal(message(raw))
+        if len(text) < MIN_MATCHED:
+            return None
+        candidates = {i for w in set(text.encode().translate(NON_WORD).split()) for i in self._by_word.get(w, ())}
+        if not candidates:
+            return None
+        joined = normal(text + " " + message(following)) if following else None
+        best: tuple[int, int, int] | None = None  # (covered, -package rank, index)
+        for i in candidates:
+            covered = self._covered(i, text)
+            if covered < 0 and joined is not None:
+                covered = self._covered(i, joined)
+            if covered < max(MIN_MATCHED, MIN_SHARE * len(text)):
+                continue
+            package = self._raw[i]["package"]
+            rank = PACKAGE_ORDER.index(package) if package in PACKAGE_ORDER else len(PACKAGE_ORDER)
+            key = (covered, -rank, -i)
+            if best is None or key > best:
+                best = key
+        return -best[2] if best else None
+
+    def advice(self, said: str) -> tuple[list[str], list[str]]:
+        """What the message itself says to do: its imperative clauses, and the flags and variables it names
+        (an engine argument named in snake_case is its --flag)."""
+        clauses = [s.strip() for s in _SENTENCE.split(said) if _IMPERATIVE.search(s.strip())]
+        knobs = _FLAG.findall(said) + _ENV.findall(said)
+        knobs += [
+            f"--{w.replace('_', '-')}" for w in re.findall(r"\b[a-z]+(?:_[a-z0-9]+)+\b", said) if w in self.engine_args
+        ]
+        return clauses, list(dict.fromkeys(knobs))
+
+    def flag_of(self, knob: str) -> str:
+        """A config field the code reads, as the flag that sets it where there is one."""
+        field = knob.rsplit(".", 1)[-1]
+        return f"--{field.replace('_', '-')} ({knob})" if field in self.engine_args else knob

@@ -1,0 +1,126 @@
+"""The curated knowledge base against real users' logs: the SM12x corpus (tests/fixtures/corpus), the public
+threads the rules were written from (tests/fixtures/diagnose/cases.jsonl) and real healthy logs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.diagnose.literals import required_literal
+from launcher.diagnose.rules import load_rules
+from tests.diagnose.texts import diagnose_text
+from tests.helpers import FIXTURES
+
+CORPUS = FIXTURES / "corpus" / "sm12x-serving-logs.jsonl"
+ENTRIES = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+
+
+# For each real failure: the key of its workaround (env var, flag or package) that the fix must name.
+WORKAROUND_KEY = {
+    "torch-no-sm120-01": "torch.cuda.get_arch_list",
+    "triton-ptxas-sm121a-01": "TRITON_PTXAS_PATH",
+    "fp8-bmm-cublaslt-gb10-01": "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel",
+    "cudagraph-capture-oom-01": "--gpu-memory-utilization",
+    "flashinfer-jit-cuda-toolkit-lt-12.9-01": "CUDA_HOME",
+    "attn-flashinfer-sinks-unsupported-gptoss-01": "--attention-backend TRITON_ATTN",
+    "deepgemm-sm120-unknown-recipe-01": "VLLM_USE_DEEP_GEMM=0",
+    "gb10-fp8-cutlass-missing-sm121-cubins-01": "TORCH_CUDA_ARCH_LIST=12.1",
+    "nvfp4-moe-no-backend-activation-gb10-01": "--moe-backend",
+    "gb10-nvfp4-flashinfer-cutlass-fallback-perf-01": "--moe-backend marlin",
+    "hybrid-mamba-max-num-seqs-exceeds-cache-01": "--max-num-seqs 600",
+    "nvfp4-moe-cutlass-no-sm120-v0102-01": "--moe-backend marlin",
+    "vllm-build-undefined-symbol-sm100-moe-rtx5080-01": "TORCH_CUDA_ARCH_LIST",
+    "fp8-flashinfer-bmm-cudagraph-ima-01": "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel",
+    "kv-cache-too-small-for-max-model-len-rtx5090-01": "--max-model-len",
+    "sglang-trtllm-attention-sm100-only-on-sm120-01": "--attention-backend",
+}
+
+
+def test_every_corpus_failure_is_covered() -> None:
+    failures = {e["id"] for e in ENTRIES if not e["benign"]}
+    assert failures == set(WORKAROUND_KEY)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if not e["benign"]], ids=lambda e: e["id"])
+def test_failure_gets_an_error_naming_the_workaround(entry: dict[str, str]) -> None:
+    findings = diagnose_text(entry["log"], entry["gpu"])
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert errors, findings
+    assert any(WORKAROUND_KEY[entry["id"]] in str(f["fix"]) for f in errors), [f["fix"] for f in errors]
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["benign"]], ids=lambda e: e["id"])
+def test_benign_lines_stay_benign(entry: dict[str, str]) -> None:
+    assert not [f for f in diagnose_text(entry["log"], entry["gpu"]) if f["severity"] == "error"]
+
+
+def test_autotuner_noise_depends_on_the_gpu() -> None:
+    line = "flashinfer.jit: [Autotuner]: Skipping tactic 15, due to failure while profiling: Error Internal\n"
+    assert diagnose_text(line * 50, "RTX PRO 6000 Blackwell")[0]["severity"] == "info"
+    assert diagnose_text(line * 50, "GB10")[0]["severity"] == "error"
+
+
+def test_every_rule_has_what_a_finding_needs() -> None:
+    rules = load_rules()
+    assert len({r.id for r in rules}) == len(rules)
+    for rule in rules:
+        assert rule.patterns and rule.cause and rule.fix and rule.source, rule.id
+
+
+def test_every_pattern_has_a_literal_to_search_for() -> None:
+    for rule in load_rules():
+        for pattern in rule.patterns:
+            needle = required_literal(pattern)
+            assert needle and len(needle) >= 4 and needle.decode() in pattern.pattern.replace("\\", ""), rule.id
+
+
+def test_a_healthy_real_startup_has_no_error() -> None:
+    """vLLM 0.26 serving on the H200 through nemolaunch serve (tests/fixtures/logs, 2026-11-30)."""
+    log = FIXTURES / "logs" / "h200-vllm026-serve-sm90-2026-11-30.log"
+    findings = diagnose_text(log.read_text(), "H200")
+    assert findings and all(f["severity"] == "info" for f in findings)
+
+
+def test_eager_mode_is_a_warning_in_a_real_log() -> None:
+    """vLLM 0.26 with --enforce-eager on the H200 (tests/fixtures/logs, 2026-11-30)."""
+    log = FIXTURES / "logs" / "h200-vllm026-eager-1b-2026-11-30.log"
+    findings = {f["id"]: f for f in diagnose_text(log.read_text(), "H200")}
+    assert findings["enforce-eager"]["severity"] == "warning"
+    assert not [f for f in findings.values() if f["severity"] == "error"]
+
+
+CASES_DIR = FIXTURES / "diagnose"
+CASES = [json.loads(line) for line in (CASES_DIR / "cases.jsonl").read_text().splitlines()]
+HOLDOUT = [json.loads(line) for line in (CASES_DIR / "holdout.jsonl").read_text().splitlines()]
+
+
+def _case_id(case: dict[str, str]) -> str:
+    return case["source"].removeprefix("https://github.com/").replace("/issues/", "#").replace("/pull/", "!")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["benign"] and c["fix_key"]], ids=_case_id)
+def test_public_failure_gets_a_specific_finding_naming_its_fix(case: dict[str, str]) -> None:
+    findings = diagnose_text(case["excerpt"])
+    specific = [f for f in findings if f["severity"] in ("error", "warning") and f["id"] != "root-error"]
+    assert any(case["fix_key"] in str(f["fix"]) for f in specific), [(f["id"], f["fix"]) for f in findings]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["benign"]], ids=_case_id)
+def test_public_benign_lines_get_no_error(case: dict[str, str]) -> None:
+    assert not [f["id"] for f in diagnose_text(case["excerpt"]) if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["benign"] and not c["fix_key"]], ids=_case_id)
+def test_a_death_without_a_known_cause_is_still_an_error(case: dict[str, str]) -> None:
+    findings = diagnose_text(case["excerpt"])
+    assert any(f["severity"] == "error" for f in findings), findings
+
+
+def test_holdout_threads_are_apart_from_the_rules_cases() -> None:
+    def thread(case: dict[str, str]) -> str:
+        return case["source"].split("#")[0]
+
+    assert not {thread(c) for c in CASES} & {thread(c) for c in HOLDOUT}
+    listed = set(json.loads((CASES_DIR / "holdout-threads.json").read_text())["holdout_threads"])
+    assert {thread(c) for c in HOLDOUT} == listed
