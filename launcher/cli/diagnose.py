@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from launcher.cli.options import JSON_OPTION
+from launcher.cli.options import JSON_OPTION, PYTHON_OPTION
 
 if TYPE_CHECKING:
     from launcher.diagnose.run import Finding
@@ -18,9 +19,13 @@ if TYPE_CHECKING:
 @click.option(
     "--gpu", help="The GPU the log came from (SM120, sm_121, 'RTX 5090', 'GB10', ...): some findings depend on it."
 )
+@PYTHON_OPTION
 @JSON_OPTION
-def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
+def diagnose(logfile: str, gpu: str | None, python: Path | None, as_json: bool) -> int:
     """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix.
+
+    Lines are matched against the knowledge base and against the error messages of the engine's installed
+    packages (vLLM, torch, FlashInfer, ...), read from their sources once per set of versions and cached.
 
     Exit 1 when an error-level finding exists, 0 otherwise.
     """
@@ -32,14 +37,12 @@ def diagnose(logfile: str, gpu: str | None, as_json: bool) -> int:
     family = family_from_text(gpu) if gpu else None
     if gpu and not family:
         raise BadInput(f"--gpu {gpu!r} names no GPU family I know", "write it like SM120, sm_121, 12.0 or GB10")
-    findings, lines = stage.diagnose_file(logfile, sys.stdin.buffer, family)
+    diagnosis = stage.diagnose_file(logfile, sys.stdin.buffer, family, python)
+    findings, lines = diagnosis.findings, diagnosis.lines
     if as_json:
-        click.echo(
-            json_document(
-                "diagnose",
-                {"log": logfile, "lines": lines, "gpu_family": family, "findings": [f.to_json() for f in findings]},
-            )
-        )
+        index = diagnosis.index.to_json() if diagnosis.index else None
+        doc = {"log": logfile, "lines": lines, "gpu_family": family, "index": index}
+        click.echo(json_document("diagnose", {**doc, "findings": [f.to_json() for f in findings]}))
     else:
         click.echo(render_text(findings, lines, "stdin" if logfile == "-" else logfile))
     return stage.exit_code(findings)
