@@ -21,6 +21,9 @@ from launcher.bench.client import get_json
 from launcher.errors import BadInput, NemolaunchError, NotReady
 
 # a fixed word list for the base text that prompts are cut from: the same prompts on every run with one seed
+MAX_DATASET_BYTES = 256 << 20  # read whole: a bound, so /dev/zero or a mistaken file cannot fill memory
+MAX_OUTPUT_TOKENS = 1 << 20  # beyond any model's context
+
 _WORD_TEXT = (
     "serve model token kernel graph memory cache batch queue stream latency throughput request tensor "
     "layer expert router weight scale block tile warp thread device driver version profile chain backend "
@@ -96,8 +99,18 @@ async def exact_prompts(
 
 def read_dataset(path: Path, output_len: int) -> list[Prompt]:
     """The dataset file (format in this module's docstring); a bad line is one clear error naming it."""
+    if not path.is_file():  # a device (/dev/zero) or a pipe has no end to read to
+        what = "does not exist" if not path.exists() else "is not a regular file"
+        raise BadInput(f"--dataset {path} {what}", "give a JSONL file of prompts")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as f:
+            raw = f.read(MAX_DATASET_BYTES + 1)
+        if len(raw) > MAX_DATASET_BYTES:
+            raise BadInput(
+                f"--dataset {path} is larger than {MAX_DATASET_BYTES >> 20} MiB",
+                "give a smaller sample of prompts (a level sends at most --num-prompts of them)",
+            )
+        lines = raw.decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise BadInput(f"cannot read --dataset {path}: {e}") from None
     prompts = []
@@ -107,12 +120,15 @@ def read_dataset(path: Path, output_len: int) -> list[Prompt]:
         try:
             item = json.loads(line)
             text, out = item["prompt"], item.get("output_tokens", output_len)
-            if not isinstance(text, str) or not text or not isinstance(out, int) or isinstance(out, bool) or out < 1:
+            if not isinstance(text, str) or not text or not isinstance(out, int) or isinstance(out, bool):
+                raise ValueError
+            if not 1 <= out <= MAX_OUTPUT_TOKENS:
                 raise ValueError
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             raise BadInput(
                 f"{path} line {number} is not a dataset entry",
-                'each line must be {"prompt": "non-empty text", "output_tokens": positive integer (optional)}',
+                f'each line must be {{"prompt": "non-empty text", "output_tokens": 1 to {MAX_OUTPUT_TOKENS:,} '
+                "(optional)}",
             ) from None
         prompts.append(Prompt(text, None, out))
     if not prompts:

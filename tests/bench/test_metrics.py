@@ -143,8 +143,15 @@ def test_dataset_file_format(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"prompt": ""}', '{"text": "x"}', '{"prompt": "x", "output_tokens": 0}', "not json", '["x"]'],
-    ids=["empty-prompt", "no-prompt", "zero-output", "not-json", "not-an-object"],
+    [
+        '{"prompt": ""}',
+        '{"text": "x"}',
+        '{"prompt": "x", "output_tokens": 0}',
+        '{"prompt": "x", "output_tokens": 1000000000000}',
+        "not json",
+        '["x"]',
+    ],
+    ids=["empty-prompt", "no-prompt", "zero-output", "huge-output", "not-json", "not-an-object"],
 )
 def test_a_bad_dataset_line_is_named(tmp_path: Path, text: str) -> None:
     path = tmp_path / "d.jsonl"
@@ -153,8 +160,21 @@ def test_a_bad_dataset_line_is_named(tmp_path: Path, text: str) -> None:
         read_dataset(path, 8)
     assert e.value.line() == (
         f'{path} line 2 is not a dataset entry; each line must be {{"prompt": "non-empty text", '
-        '"output_tokens": positive integer (optional)}'
+        '"output_tokens": 1 to 1,048,576 (optional)}'
     )
+
+
+def test_a_dataset_that_is_no_file_or_too_big_is_refused_unread(tmp_path: Path) -> None:
+    """`--dataset /dev/zero` read without a bound drove a host into a global OOM at 17 GB (trust case 87)."""
+    with pytest.raises(BadInput) as e:
+        read_dataset(Path("/dev/zero"), 8)
+    assert e.value.line() == "--dataset /dev/zero is not a regular file; give a JSONL file of prompts"
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as f:  # sparse: no disk used
+        f.truncate((256 << 20) + 1)
+    with pytest.raises(BadInput) as e:
+        read_dataset(big, 8)
+    assert e.value.message == f"--dataset {big} is larger than 256 MiB"
 
 
 def test_parse_slo() -> None:
@@ -176,6 +196,15 @@ def test_parse_slo() -> None:
         ({"request_rates": (1.0, 1.0)}, "--request-rate repeats [1.0]"),
         ({"request_rates": (2.0,), "concurrency": (1, 2)}, "with --request-rate, --concurrency is one cap"),
         ({"shared_prefix_len": 16}, "--shared-prefix 16 must be shorter than the prompt"),
+        (
+            {"request_rates": (1e9,), "concurrency": ()},
+            "--request-rate 1e+09 would send 10,000,000,000 prompts per level",
+        ),
+        (
+            {"request_rates": (1e-9,), "concurrency": ()},
+            "--request-rate 1e-09 would take 8,000,000,000 s to send 8 prompts",
+        ),
+        ({"arrival": "gamma", "burstiness": 1e-300}, "--burstiness 1e-300 is outside 0.01..1000"),
     ],
     ids=[
         "huge-concurrency",
@@ -187,6 +216,9 @@ def test_parse_slo() -> None:
         "duplicate-rates",
         "rate-with-levels",
         "prefix-too-long",
+        "rate-too-high",
+        "rate-too-low",
+        "burstiness-tiny",
     ],
 )
 def test_config_refuses(kw: dict[str, object], message: str) -> None:
