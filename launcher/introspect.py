@@ -32,7 +32,13 @@ def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> Engine
             raise NemolaunchError(f"reading vLLM's argument parser took over {timeout_s:.0f} s")
         full = _parse(result, interpreter)
         atomic_write_text(cache, json.dumps(full))
-    return EngineSurface(str(full["version"]), frozenset(full["options"]), frozenset(full["env_vars"]))
+    entry = info.get("entry")  # from this run, not the cache: a cache written before it was asked has none
+    return EngineSurface(
+        str(full["version"]),
+        frozenset(full["options"]),
+        frozenset(full["env_vars"]),
+        str(entry) if entry else None,
+    )
 
 
 def _parse(result: ChildResult, interpreter: Interpreter) -> dict[str, object]:

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from dists import VLLM_DISTRIBUTIONS
+from dists import API_SERVERS, VLLM_DISTRIBUTIONS
 
 
 def vllm_distribution() -> tuple[str | None, str | None]:
@@ -36,6 +36,15 @@ def env_registry(package_dir: Path) -> list[str]:
         if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(value, ast.Dict):
             return sorted(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
     raise RuntimeError("no environment_variables dict in vllm/envs.py")
+
+
+def api_server(package_dir: Path) -> str:
+    """The newest of API_SERVERS this install has (found by file, without importing vLLM)."""
+    for module, _ in API_SERVERS:
+        parts = module.split(".")[1:]
+        if package_dir.joinpath(*parts[:-1], parts[-1] + ".py").is_file():
+            return module
+    return API_SERVERS[-1][0]
 
 
 def parser_options() -> list[str]:
@@ -65,6 +74,7 @@ def main() -> None:
         package_dir = Path(next(iter(spec.submodule_search_locations)))
         out["package_dir"] = str(package_dir)
         out["env_vars"] = env_registry(package_dir)
+        out["entry"] = api_server(package_dir)
         if "--options" in sys.argv:
             out["options"] = parser_options()
     print(json.dumps(out))

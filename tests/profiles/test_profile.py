@@ -122,7 +122,7 @@ def test_dry_run_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "nemolaunch.serve/1"
     assert {"argv", "env", "vllm_version"} <= set(doc)
-    assert doc["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert doc["argv"][1:3] == ["-m", "vllm.entrypoints.launchers.api_server.entry"]  # 0.32 moved it there
 
 
 def test_serve_warns_about_eager_mode_and_open_binding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
