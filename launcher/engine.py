@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import BadInput
+from launcher.paths import data_dir
+
+# Where `make engine` installs the vLLM CPU engine (the Makefile's ENGINE_DIR): one venv per hash of the lock it was
+# installed from, marked complete once vLLM imported there.
+ENGINE_HOME = Path("~/.cache/nemolaunch").expanduser()
+ENGINE_LOCK = "cpu.txt"
+# Told (once per process) when no interpreter was named and the one `make` built is used; the CLI sets it.
+announce: Callable[[str], None] | None = None
+BUILT = "the engine `make engine` built"  # an Interpreter's source when it was found that way
+_announced = False
 
 
 @dataclass(frozen=True)
@@ -20,8 +33,36 @@ class Interpreter:
         return f"{self.path} (from {self.source})"
 
 
+def built_engine() -> Path | None:
+    """The interpreter of the engine `make engine` built: the one of the shipped lock's hash, else the newest complete
+    one (an older lock's); None when there is none."""
+    try:
+        digest = hashlib.sha256((data_dir("lockfiles") / ENGINE_LOCK).read_bytes()).hexdigest()[:12]
+    except (OSError, FileNotFoundError):
+        digest = None
+    complete = [p.parent for p in ENGINE_HOME.glob("engine-*/.complete")]
+    exact = [d for d in complete if d.name == f"engine-{digest}"]
+    for folder in exact or sorted(complete, key=lambda d: d.stat().st_mtime, reverse=True):
+        python = folder / "bin" / "python"
+        if python.is_file() and os.access(python, os.X_OK):
+            return python
+    return None
+
+
+def _default() -> Interpreter:
+    """This interpreter when vLLM is installed here; else the engine `make` built, said once in one line."""
+    global _announced
+    if importlib.util.find_spec("vllm") is None and (built := built_engine()) is not None:
+        if announce is not None and not _announced:
+            _announced = True
+            announce(f"engine: {built} (the one `make engine` built; vLLM is not installed here; --python to choose)")
+        return Interpreter(built, BUILT)
+    return Interpreter(Path(sys.executable), "this interpreter")
+
+
 def resolve_python(explicit: Path | None = None, from_profile: str | None = None) -> Interpreter:
-    """--python, then $NEMOLAUNCH_PYTHON, then the profile's `python`, then this interpreter."""
+    """--python, then $NEMOLAUNCH_PYTHON, then the profile's `python`, then this interpreter when vLLM is installed
+    here, else the engine `make engine` built, else this interpreter."""
     candidates = [
         (explicit, "--python"),
         (os.environ.get("NEMOLAUNCH_PYTHON") or None, "$NEMOLAUNCH_PYTHON"),
@@ -35,7 +76,8 @@ def resolve_python(explicit: Path | None = None, from_profile: str | None = None
             if not (path.is_file() and os.access(path, os.X_OK)):
                 raise BadInput(
                     f"engine interpreter {path} (from {source}) does not exist or is not executable",
-                    "point it at the bin/python of the venv where vLLM is installed (make engine builds one)",
+                    "point it at the bin/python of the venv where vLLM is installed "
+                    f"(`make engine` builds one in {ENGINE_HOME})",
                 )
             return Interpreter(path, source)
-    return Interpreter(Path(sys.executable), "this interpreter")
+    return _default()

@@ -47,6 +47,15 @@ def port() -> Iterator[int]:
 
 
 @pytest.fixture(autouse=True)
+def _no_built_engine(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Without --python, nemolaunch falls back to the engine `make engine` built (launcher/engine.py); tests must not
+    depend on whether this machine has one: they see an empty engine folder (tests/test_engine.py fills one)."""
+    from launcher import engine
+
+    monkeypatch.setattr(engine, "ENGINE_HOME", tmp_path_factory.mktemp("no-engine"))
+
+
+@pytest.fixture(autouse=True)
 def _no_flashinfer_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """probe.run starts FlashInfer's JIT build first on a GPU; tests that fake a GPU must not start a real one
     (tests/probe/test_flashinfer_build.py drives the build and the pool's waiting with fake builds)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import pytest
 
-from launcher import __version__
+from launcher import __version__, engine
 from launcher.cli.main import cli, main
 from launcher.errors import EXIT_CODES_HELP
 from tests.helpers import ROOT
@@ -124,7 +124,8 @@ def test_engine_interpreter_that_does_not_exist_is_bad_input(
     assert rc == 2
     assert err == (
         f"nemolaunch: engine interpreter {tmp_path / 'nope' / 'python'} (from --python) does not exist or is not "
-        "executable; point it at the bin/python of the venv where vLLM is installed (make engine builds one)\n"
+        f"executable; point it at the bin/python of the venv where vLLM is installed (`make engine` builds one in "
+        f"{engine.ENGINE_HOME})\n"
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import engine
 from launcher.cli.main import main
 from tests.fake_engine import engine_processes
 from tests.helpers import free_port
@@ -29,7 +30,7 @@ def model(tmp_path: Path) -> Path:
             "no-interpreter",
             2,
             "engine interpreter /nonexistent/python (from --python) does not exist or is not executable; point it at "
-            "the bin/python of the venv where vLLM is installed (make engine builds one)",
+            "the bin/python of the venv where vLLM is installed (`make engine` builds one in ENGINE_HOME)",
         ),
         (
             "no-vllm",
@@ -64,6 +65,8 @@ def test_bench_profile_refuses_before_a_server_starts(
     argv = ["bench", "--profile", "cpu", "--model", given, "--python", python, "--port", str(free_port())]
     rc = main([*argv, "--concurrency", "1", *lens, "--out", str(out)])
     assert rc == code
-    assert capsys.readouterr().err.splitlines() == [f"nemolaunch: {line.replace('MODEL', str(model))}"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"nemolaunch: {line.replace('MODEL', str(model)).replace('ENGINE_HOME', str(engine.ENGINE_HOME))}"
+    ]
     assert not out.exists()
     assert engine_processes(fake_engine_python) == []

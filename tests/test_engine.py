@@ -1,0 +1,42 @@
+"""The engine `make engine` built is found without --python when this interpreter has no vLLM, and said in one line
+(launcher/engine.py). A stand-in engine (tests/fake_engine.py) sits where the Makefile puts the real one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher import engine
+from launcher.cli.main import main
+from launcher.paths import data_dir
+
+
+def test_serve_without_python_uses_the_engine_make_built_and_says_so(
+    fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("NEMOLAUNCH_PYTHON", raising=False)
+    monkeypatch.setattr(engine, "_announced", False)
+    digest = hashlib.sha256((data_dir("lockfiles") / "cpu.txt").read_bytes()).hexdigest()[:12]
+    built = engine.ENGINE_HOME / f"engine-{digest}"
+    built.symlink_to(fake_engine_python.parent.parent)  # the Makefile's ENGINE_DIR
+    (built / ".complete").touch()
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    assert main(["serve", "--profile", "cpu", "--model", str(model), "--dry-run", "--json"]) == 0
+    out, err = capsys.readouterr()
+    python = built / "bin" / "python"
+    assert err.splitlines() == [
+        f"engine: {python} (the one `make engine` built; vLLM is not installed here; --python to choose)"
+    ]
+    assert json.loads(out)["argv"][0] == str(python)
+
+
+def test_without_a_built_engine_this_interpreter_is_the_default() -> None:
+    interpreter = engine.resolve_python()
+    assert interpreter.source == "this interpreter"
