@@ -13,7 +13,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
@@ -85,11 +85,22 @@ class Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> list[str]:
+    def wait_ready(
+        self,
+        timeout_s: float,
+        poll_s: float = 0.5,
+        progress: Callable[[float], None] | None = None,
+        progress_every_s: float = 30.0,
+    ) -> list[str]:
         """Block until /health answers and /v1/models lists a model; returns the served model ids. The model
-        list is asked for with the API key when vLLM was given one."""
+        list is asked for with the API key when vLLM was given one. `progress` hears the seconds waited, every
+        `progress_every_s` (a start takes a minute on the CPU engine, several on a GPU)."""
         deadline = time.monotonic() + timeout_s
+        next_progress = self.started_at + progress_every_s
         while time.monotonic() < deadline:
+            if progress is not None and time.monotonic() >= next_progress:
+                progress(time.monotonic() - self.started_at)
+                next_progress += progress_every_s
             if not self.alive():
                 tail = " | ".join(last_lines(self.log_path, 3)) or "(empty log)"
                 raise NemolaunchError(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -80,13 +81,14 @@ class Running:
     models: list[str]
     startup_s: float
     listening: list[str]  # the addresses vLLM's processes listen on, as the kernel reports them
+    log: Path
 
 
 @contextmanager
 def launched(
     plan: ServePlan,
     model: str,
-    log_path: Path,
+    log_path: Path | None,
     say: Say,
     echo_log: Say | None,
     ready_timeout_s: float = 900.0,
@@ -94,8 +96,10 @@ def launched(
 ) -> Iterator[Running]:
     """vLLM started, its log followed and diagnosed live, serving when this yields; on exit (normal, error,
     Ctrl-C or SIGTERM) the whole process group is stopped. If vLLM dies before serving, the error names the
-    root cause the knowledge base found. "Serving" is said only once the answering server is this vLLM."""
+    root cause the knowledge base found. "Serving" is said only once the answering server is this vLLM. Without a
+    log path the log goes to nemolaunch-logs/, created only once the port and model are known good."""
     check_can_launch(plan, model)
+    log_path = log_path or default_log_path()
     env = {**os.environ, **plan.env}
     stop = threading.Event()
     watch = LogWatch(say, echo_log, gpu_family)
@@ -113,9 +117,15 @@ def launched(
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
+        say(f"starting vLLM {plan.rendered.vllm_version}, profile {plan.profile.name} (log {log_path})")
+
+        def waiting(seconds: float) -> None:
+            last = last_lines(log_path, 1)
+            say(f"still starting after {seconds:.0f} s" + (f"; the log's last line: {last[0][:160]}" if last else ""))
+
         try:
             try:
-                models = server.wait_ready(ready_timeout_s)
+                models = server.wait_ready(ready_timeout_s, progress=waiting)
                 listening = server.check_ours(plan.port)
             except NemolaunchError as e:
                 drain()
@@ -129,17 +139,19 @@ def launched(
             )
             for found in fallbacks.in_log(log_path, plan.profile):
                 say(fallbacks.line_of(found))
-            yield Running(server, watch, models, startup, listening)
+            yield Running(server, watch, models, startup, listening, log_path)
         finally:
+            watch.echo_log = None  # vLLM's teardown is in the log; the terminal gets the one line below
             code = server.stop()
             drain()
-            say(f"stopped vLLM (exit {code}); log kept in {log_path}")
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) must not stop the clean-up of others
+                say(f"stopped vLLM (exit {code}); log kept in {log_path}")
 
 
 def run(
     plan: ServePlan,
     model: str,
-    log_path: Path,
+    log_path: Path | None,
     say: Say,
     echo_log: Say | None,
     smoke: bool = False,
@@ -166,20 +178,21 @@ def run(
             raise NemolaunchError(
                 f"vLLM's {name} (pid {pid}) died while serving" + (f": {cause}" if cause else ""),
                 "when the log says nothing, the kernel killed it: the OOM killer does this (check dmesg); "
-                f"the whole log is in {log_path}",
+                f"the whole log is in {running.log}",
             )
-        reason = cause or " | ".join(last_lines(log_path, 3))
+        reason = cause or " | ".join(last_lines(running.log, 3))
         raise NemolaunchError(
-            f"vLLM exited with code {running.server.proc.returncode}: {reason}", f"the whole log is in {log_path}"
+            f"vLLM exited with code {running.server.proc.returncode}: {reason}", f"the whole log is in {running.log}"
         )
 
 
 def _run_headless(
-    plan: ServePlan, model: str, log_path: Path, say: Say, echo_log: Say | None, gpu_family: str | None
+    plan: ServePlan, model: str, log_path: Path | None, say: Say, echo_log: Say | None, gpu_family: str | None
 ) -> int:
     """A headless node serves no API: run its engine workers, following the log, until they exit or Ctrl-C."""
     if not Path(model).expanduser().exists():
         raise BadInput(f"model path {model} does not exist", "every node needs the model at the same path")
+    log_path = log_path or default_log_path()
     stop = threading.Event()
     watch = LogWatch(say, echo_log, gpu_family)
     with interrupts():

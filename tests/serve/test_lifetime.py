@@ -68,7 +68,8 @@ def wait_gone(engine: Path, seconds: float = 30.0) -> list[psutil.Process]:
 def test_serve_ended_by_a_signal_stops_its_server_and_says_so(engine: Path, tmp_path: Path, sig: int) -> None:
     proc, log = start_serve(engine, tmp_path)
     try:
-        wait_line(proc)
+        said = wait_line(proc)
+        assert f"starting vLLM 0.32.0, profile cpu (log {log})" in said  # a line before the silent start
         assert len(engine_processes(engine)) == 2  # the API server and its engine core
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)

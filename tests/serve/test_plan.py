@@ -243,3 +243,28 @@ def test_a_shared_shape_folder_cannot_set_what_nemolaunch_owns(
         "may set only --load-format, --quantization, --hf-overrides, --dtype, --kv-cache-dtype, --max-model-len); "
         "write the folder again with `nemolaunch model shape`; give serve's own options for the rest"
     ]
+
+
+def test_a_busy_port_is_one_line_and_leaves_no_empty_log(
+    fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--profile", "cpu", "--model", str(model), "--python", str(fake_engine_python)]
+        rc = main([*argv, "--port", str(port)])
+    assert rc == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"nemolaunch: cannot bind 127.0.0.1:{port}: Address already in use (held by pid {os.getpid()}); pick another "
+        "--port or stop what holds it"
+    )
+    assert not (tmp_path / "nemolaunch-logs").exists()
