@@ -19,6 +19,7 @@ ENVS = """environment_variables = {
     "VLLM_CPU_KVCACHE_SPACE": lambda: 0,
     "VLLM_API_KEY": lambda: None,
     "VLLM_HOST_IP": lambda: "",
+    "VLLM_SERVER_DEV_MODE": lambda: False,
 }
 """
 OPTIONS = [
