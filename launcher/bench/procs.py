@@ -88,9 +88,9 @@ def _worker(
                         record.length_ok = length_ok(cfg.endpoint, record)
                     out.put(record)
 
-            cpu0 = _cpu()
+            cpu0 = cpu_seconds()
             await asyncio.gather(*(stream() for _ in range(streams)))
-            out.put(("cpu", _cpu() - cpu0))
+            out.put(("cpu", cpu_seconds() - cpu0))
 
     try:
         run_async(main())
@@ -98,7 +98,7 @@ def _worker(
         out.put(None)
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 

@@ -4,10 +4,6 @@ rewritten after every level, so Ctrl-C, SIGTERM or a dying server keep what was 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import resource
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,12 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from checks.model_config import ConfigError, read_model_config
 from launcher.bench import procs, results
 from launcher.bench import provenance as prov
-from launcher.bench.client import RequestRecord, ServerInfo, Target, length_ok, one_request, server_info
-from launcher.bench.config import BenchConfig, LevelSpec, levels, validate
+from launcher.bench.client import RequestRecord, ServerInfo, Target, server_info
+from launcher.bench.config import BenchConfig, LevelSpec, levels, prompt_len, validate
+from launcher.bench.level import build_prompts, run_level
 from launcher.bench.stats import LevelResult, level_label, summarize
-from launcher.bench.workload import Prompt, Tokenizer, arrival_offsets, exact_prompts, read_dataset
+from launcher.bench.summary import mean_prompt_tokens, slo_verdict, workload_document
+from launcher.documents import read_json
 from launcher.errors import BadInput, ExitCode, NotReady
 from launcher.output import Unwritable, hold
 from launcher.serve.lifetime import async_interrupts
@@ -36,182 +35,6 @@ class SweepOutcome:
     code: int
     message: str
     summary: dict[str, Any]  # the summary.json document
-
-
-class Progress:
-    """tqdm on a terminal, nothing otherwise."""
-
-    def __init__(self, total: int, label: str) -> None:
-        import sys
-
-        self.bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="req", leave=False)
-
-    def step(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-async def run_level(
-    session: aiohttp.ClientSession,
-    target: Target,
-    cfg: BenchConfig,
-    spec: LevelSpec,
-    prompts: list[Prompt],
-    repeat: int,
-    sink: Callable[[RequestRecord], None],
-    cpu: list[float] | None = None,
-) -> tuple[list[RequestRecord], float]:
-    """Warm-up requests (not recorded), then the level: `concurrency` workers taking prompts in turn, or, with a
-    request rate, requests sent at their arrival times with at most `concurrency` in flight. Returns the records and
-    the level's wall time (first request sent to last token received). `cpu` gets the client's CPU seconds over
-    the level (this process and its workers' streams), warm-up excluded."""
-    tag = spec.tag
-
-    async def send(index: int, start: float, queued: float = 0.0) -> RequestRecord:
-        p = prompts[index % len(prompts)]
-        record = RequestRecord(tag, repeat, index, p.input_len, p.output_len, queue_s=queued)
-        await one_request(session, target, p.text, record, start, cfg.request_timeout_s, cfg.stall_timeout_s)
-        if record.ok:
-            record.length_ok = length_ok(cfg.endpoint, record)
-        return record
-
-    for i in range(cfg.warmup):
-        await send(i, time.perf_counter())
-    count = cfg.prompts_for(spec.concurrency, spec.request_rate)
-    cpu0, worker_cpu = _client_cpu(), 0.0
-    records: list[RequestRecord] = []
-    timed = cfg.duration_s is not None and spec.request_rate is None
-    progress = Progress(0 if timed else count, level_label(spec.__dict__))
-    start = time.perf_counter()
-    deadline = start + cfg.duration_s if timed and cfg.duration_s else None
-
-    def done(record: RequestRecord) -> None:
-        records.append(record)
-        sink(record)
-        progress.step()
-
-    try:
-        if spec.request_rate is None and cfg.processes_for(spec.concurrency or 1) > 1:
-            start, worker_cpu = await procs.run_level_split(cfg, target, spec, prompts, repeat, count, done)
-        elif spec.request_rate is None:
-            assert spec.concurrency is not None
-            next_index = 0
-
-            async def worker() -> None:
-                nonlocal next_index
-                while (time.perf_counter() < deadline) if deadline is not None else next_index < count:
-                    index = next_index
-                    next_index += 1
-                    done(await send(index, start))
-
-            await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
-        else:
-            cap = asyncio.Semaphore(spec.concurrency) if spec.concurrency else None
-
-            async def arrive(index: int) -> None:
-                if cap is None:
-                    done(await send(index, start))
-                    return
-                arrived = time.perf_counter()
-                async with cap:
-                    done(await send(index, start, time.perf_counter() - arrived))
-
-            tasks = []
-            for index, offset in enumerate(
-                arrival_offsets(count, spec.request_rate, cfg.burstiness_value(), cfg.seed + repeat)
-            ):
-                delay = start + offset - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(arrive(index)))
-            await asyncio.gather(*tasks)
-    finally:
-        progress.close()
-    if cpu is not None:
-        cpu.append(_client_cpu() - cpu0 + worker_cpu)
-    ends = [r.start_s + (r.e2e_s or 0) for r in records if r.ok]
-    wall = max(ends) if ends else time.perf_counter() - start
-    return records, wall
-
-
-def _client_cpu() -> float:
-    """CPU seconds of this process (worker processes report their own, start-up excluded)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime
-
-
-async def build_prompts(
-    session: aiohttp.ClientSession, target: Target, cfg: BenchConfig, specs: list[LevelSpec], info: ServerInfo
-) -> dict[int, list[Prompt]]:
-    """The prompt pool per prompt length (one pool without a context sweep), checked against the model's limit."""
-    if cfg.dataset is not None:
-        return {cfg.input_len: read_dataset(cfg.dataset, cfg.output_len)}
-    limit = info.max_model_len(target.model)
-    longest = max(s.input_len for s in specs)
-    if limit is not None and longest + cfg.output_len > limit:
-        raise BadInput(
-            f"prompt {longest} + output {cfg.output_len} tokens is beyond the model's context of {limit} tokens",
-            f"give --input-len / --context-lens up to {limit - cfg.output_len}",
-        )
-    tok = Tokenizer(session, target.url, target.model, target.headers)
-    pools = {}
-    for length in sorted({s.input_len for s in specs}):
-        count = max(cfg.prompts_for(s.concurrency, s.request_rate) for s in specs if s.input_len == length)
-        pools[length] = await exact_prompts(tok, length, cfg.output_len, count, cfg.seed, cfg.shared_prefix_len)
-    return pools
-
-
-def _digest(prompts: dict[int, list[Prompt]]) -> str:
-    text = "\x00".join(f"{p.output_len}\x01{p.text}" for pool in prompts.values() for p in pool)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _workload(cfg: BenchConfig, model: str, prompts: dict[int, list[Prompt]]) -> dict[str, Any]:
-    return {
-        "model": model,
-        "endpoint": cfg.endpoint,
-        "input_len": cfg.input_len,
-        "output_len": cfg.output_len,
-        "num_prompts": cfg.num_prompts,
-        "duration_s": cfg.duration_s,
-        "seed": cfg.seed,
-        "warmup": cfg.warmup,
-        "repeats": cfg.repeats,
-        "prompts_sha": _digest(prompts),
-        "load": {
-            "mode": "request-rate" if cfg.request_rates else "concurrency",
-            "request_rates": list(cfg.request_rates),
-            "arrival": cfg.arrival if cfg.request_rates else None,
-            "burstiness": cfg.burstiness_value() if cfg.request_rates else None,
-        },
-        "dataset": str(cfg.dataset) if cfg.dataset else None,
-        "shared_prefix_len": cfg.shared_prefix_len,
-        "context_lens": list(cfg.context_lens),
-        "slo_ms": dict(cfg.slo_ms) or None,
-        "slo_share": cfg.slo_share if cfg.slo_ms else None,
-        "client_processes": cfg.client_processes if cfg.client_processes is not None else "auto",
-    }
-
-
-def slo_verdict(levels_done: list[LevelResult]) -> dict[str, Any] | None:
-    """The highest load (in the sweep's order) whose requests met the SLOs, and the first that did not."""
-    judged = [lv for lv in levels_done if lv.goodput is not None]
-    if not judged:
-        return None
-    meeting = [lv for lv in judged if lv.goodput and lv.goodput.met]
-    failing = [lv for lv in judged if lv.goodput and not lv.goodput.met]
-    return {
-        "highest_meeting": level_label(meeting[-1]) if meeting else None,
-        "first_failing": level_label(failing[0]) if failing else None,
-    }
 
 
 async def sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) -> SweepOutcome:
@@ -232,7 +55,7 @@ async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say
         doc: dict[str, Any] = {
             "status": "running",
             "label": cfg.label,
-            "workload": _workload(cfg, target.model, prompts),
+            "workload": workload_document(cfg, target.model, prompts),
             "provenance": prov.provenance(cfg, info, served),
             "warnings": prov.misconfiguration(cfg, served),
             "levels": [],
@@ -244,7 +67,7 @@ async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say
         done: list[LevelResult] = []
         try:
             for spec in specs:
-                pool = prompts[spec.input_len] if cfg.dataset is None else prompts[cfg.input_len]
+                pool = prompts[spec.input_len]
                 runs: list[tuple[list[RequestRecord], float]] = []
                 cpu: list[float] = []
                 try:
@@ -262,8 +85,12 @@ async def _sweep(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say
                         **results.level_document(level),
                         "client_cpu_s": round(sum(cpu), 3),
                         "client_cpu_per_wall_s": round(sum(cpu) / wall, 3) if wall > 0 else None,
+                        "client_processes": cfg.processes_for(spec.concurrency or 1)
+                        if spec.request_rate is None
+                        else 1,
                     }
                 )
+                doc["workload"]["mean_prompt_tokens"] = mean_prompt_tokens(doc["levels"])
                 name = level_label(level, with_input=bool(cfg.context_lens))
                 good = (
                     f", {level.goodput.share:.0%} within SLO"
@@ -323,7 +150,7 @@ def _report(summary: dict[str, Any], out: Path) -> None:
     the table and summary.json still show it)."""
     from launcher.bench.compare import write_report
 
-    plotted = [lv for lv in summary.get("levels", []) if lv["completed"] and lv["concurrency"] is not None]
+    plotted = [lv for lv in summary.get("levels", []) if lv["completed"]]
     write_report([{**summary, "levels": plotted, "_folder": str(out)}], out, [])
 
 
@@ -336,7 +163,8 @@ def run(cfg: BenchConfig, out: Path, served: dict[str, Any] | None, say: Say) ->
         try:
             outcome = procs.run_async(sweep(cfg, out, served, say))
         except (KeyboardInterrupt, asyncio.CancelledError):
-            doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+            summary = out / "summary.json"  # what the sweep wrote as it stopped
+            doc = read_json(summary, "the sweep's own summary") if summary.exists() else {}
             where = doc.get("stopped_at")
             at = f" at {level_label(where)}" if where else " before the first level"
             outcome = SweepOutcome(
@@ -362,16 +190,14 @@ def measure_level(cfg: BenchConfig, spec: LevelSpec | int) -> LevelResult:
     int is a concurrency at cfg.input_len."""
     validate(cfg)
     if isinstance(spec, int):
-        spec = LevelSpec(spec, None, cfg.input_len)
+        spec = LevelSpec(spec, None, prompt_len(cfg))
 
     async def go() -> LevelResult:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
             info = await server_info(session, cfg.url, cfg.api_key)
             target = Target(cfg.url, _model(cfg, info), cfg.endpoint, cfg.api_key)
-            pool = (await build_prompts(session, target, cfg, [spec], info))[
-                spec.input_len if cfg.dataset is None else cfg.input_len
-            ]
+            pool = (await build_prompts(session, target, cfg, [spec], info))[spec.input_len]
             runs = [await run_level(session, target, cfg, spec, pool, r, lambda _: None) for r in range(cfg.repeats)]
             return summarize(spec, runs, dict(cfg.slo_ms), cfg.slo_share)
 
@@ -421,8 +247,8 @@ def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:
     if not outcome.summary.get("levels"):
         return
     try:
-        config = json.loads((model / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        config = read_model_config(model)
+    except ConfigError:
         return
     outcome.summary["roofline"] = roofline.annotate(
         outcome.summary, config, hf_quant=roofline.hf_quant_of(model)
