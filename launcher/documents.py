@@ -62,8 +62,13 @@ class Stat(TypedDict):
     mean: float | None
 
 
+BENCH_SCHEMA = "nemolaunch.bench/1"  # summary.json's schema: written by bench/results.py, read here
+
+
 class BenchLevel(TypedDict):
-    concurrency: int
+    concurrency: int | None  # None: a request-rate level without a cap on requests in flight
+    request_rate: NotRequired[float | None]
+    input_len: NotRequired[int | None]  # None: a dataset's level (its prompts have their own lengths)
     output_throughput_tok_s: float
     output_throughput_stdev: NotRequired[float | None]
     ttft_ms: Stat
@@ -71,7 +76,7 @@ class BenchLevel(TypedDict):
 
 
 class BenchSummary(TypedDict):
-    schema: str  # nemolaunch.bench/1
+    schema: str  # BENCH_SCHEMA
     status: str
     label: str
     workload: dict[str, Any]
@@ -183,15 +188,31 @@ def validate_bench(doc: dict[str, Any], path: Path) -> BenchSummary:
     r.table(r.get(provenance, "server", "provenance."), "provenance.server")
     for i, warning in enumerate(r.array(doc.get("warnings", []), "warnings")):
         r.text(warning, f"warnings[{i}]")
-    for key in ("input_len", "output_len"):
-        r.integer(r.get(workload, key, "workload."), f"workload.{key}", least=1)
+    r.integer(r.get(workload, "input_len", "workload."), "workload.input_len", least=1, optional=True)
+    r.integer(r.get(workload, "output_len", "workload."), "workload.output_len", least=1)
     for i, level in enumerate(r.array(r.get(doc, "levels", ""), "levels")):
         at = f"levels[{i}]"
         r.table(level, at)
-        r.integer(r.get(level, "concurrency", f"{at}."), f"{at}.concurrency", least=1)
+        r.integer(r.get(level, "concurrency", f"{at}."), f"{at}.concurrency", least=1, optional=True)
+        r.number(level.get("request_rate"), f"{at}.request_rate", positive=True)
+        r.integer(level.get("input_len"), f"{at}.input_len", least=1, optional=True)
+        if level["concurrency"] is None and level.get("request_rate") is None:
+            raise r.fail(f"{at}.concurrency", "an integer >= 1 where request_rate is null", None)
         r.number(r.get(level, "output_throughput_tok_s", f"{at}."), f"{at}.output_throughput_tok_s", optional=False)
         r.number(level.get("output_throughput_stdev"), f"{at}.output_throughput_stdev")
         for key in ("ttft_ms", "tpot_ms"):
             stat = r.table(r.get(level, key, f"{at}."), f"{at}.{key}")
             r.number(stat.get("mean"), f"{at}.{key}.mean")
     return doc  # type: ignore[return-value]
+
+
+def read_bench(folder: Path) -> BenchSummary:
+    """A bench run's summary.json, validated: a missing, corrupt or foreign one is one line naming file and field."""
+    fix = "give folders written by nemolaunch bench"
+    path = folder / "summary.json"
+    if not path.is_file():
+        raise BadInput(f"{folder} holds no bench run (no summary.json)", fix)
+    doc = read_json(path, fix)
+    if doc.get("schema") != BENCH_SCHEMA:
+        raise BadInput(f"{path} is not a nemolaunch bench summary (schema {doc.get('schema')!r})", fix)
+    return validate_bench(doc, path)

@@ -37,8 +37,11 @@ def pass_result(summary: dict[str, Any], folder: Path) -> PassResult:
     levels: dict[int, PassLevel] = {}
     for raw in doc["levels"]:
         extra: dict[str, Any] = dict(raw)
-        levels[raw["concurrency"]] = PassLevel(
-            concurrency=raw["concurrency"],
+        concurrency = raw["concurrency"]
+        if concurrency is None:  # ab's passes sweep concurrency levels: a request-rate level is none of them
+            continue
+        levels[concurrency] = PassLevel(
+            concurrency=concurrency,
             completed=int(extra.get("completed") or 0),
             failed=int(extra.get("failed") or 0),
             values={

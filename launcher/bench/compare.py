@@ -1,5 +1,6 @@
-"""`nemolaunch compare`: bench runs side by side across the concurrency curve, with ratios to the first run,
-a noise verdict when runs have repeats, report.md and two PNG plots."""
+"""`nemolaunch compare`: bench runs side by side along their sweep's axis (concurrency, request rate or prompt
+length), with ratios to the first run, a noise verdict when runs have repeats, report.md and two PNG plots. Levels
+are matched by everything that makes them (rate, cap, concurrency, prompt length), never by concurrency alone."""
 
 from __future__ import annotations
 
@@ -7,38 +8,60 @@ from pathlib import Path
 from typing import Any
 
 from launcher import noise
-from launcher.documents import read_json, validate_bench
+from launcher.bench.stats import level_label
+from launcher.documents import read_bench
 from launcher.errors import BadInput
-from launcher.output import atomic_write_text, table
+from launcher.output import table, write_text
 
-WORKLOAD_KEYS = ("model", "endpoint", "input_len", "output_len", "prompts_sha")
+# what must match for two runs to measure the same thing (prompts_sha too, when both ran the same levels: the pool
+# of prompts grows with the levels, seeded, so runs over other levels draw the same prompts at the shared ones)
+WORKLOAD_KEYS = ("model", "endpoint", "input_len", "output_len", "seed", "dataset", "shared_prefix_len")
+# the sweep's axis: the level's field on the x axis, its name, and whether the axis doubles (log2 ticks)
+AXES = {
+    "concurrency": ("concurrency", "concurrent requests", True),
+    "request-rate": ("request_rate", "requests/s offered", False),
+    "context-length": ("input_len", "prompt tokens", True),
+}
 
 
 def load_run(folder: Path) -> dict[str, Any]:
-    """A bench run's summary.json, validated (launcher.documents.BenchSummary): a corrupt one is one line naming
-    the file and the field."""
-    path = folder / "summary.json"
-    if not path.is_file():
-        raise BadInput(f"{folder} holds no bench run (no summary.json)", "give folders written by nemolaunch bench")
-    doc = read_json(path, "give folders written by nemolaunch bench")
-    if doc.get("schema") != "nemolaunch.bench/1":
-        raise BadInput(
-            f"{path} is not a nemolaunch bench summary (schema {doc.get('schema')!r})",
-            "give folders written by nemolaunch bench",
-        )
-    run: dict[str, Any] = dict(validate_bench(doc, path))
-    run["_folder"] = str(folder)
-    return run
+    """A bench run's summary.json, validated (launcher.documents.read_bench), with the folder it came from."""
+    return {**read_bench(folder), "_folder": str(folder)}
+
+
+def axis_of(run: dict[str, Any]) -> str:
+    """The run's sweep axis (older summaries without `axis`: from the load mode and the context lengths)."""
+    w = run["workload"]
+    if w.get("axis") in AXES:
+        return str(w["axis"])
+    if (w.get("load") or {}).get("mode") == "request-rate":
+        return "request-rate"
+    return "context-length" if w.get("context_lens") else "concurrency"
+
+
+def level_key(level: dict[str, Any]) -> tuple[Any, ...]:
+    return (level.get("request_rate"), level.get("concurrency"), level.get("input_len"))
 
 
 def check_comparable(runs: list[dict[str, Any]], force: bool) -> list[str]:
     """Differences in workload between the runs; an error unless forced (then they are returned as warnings)."""
-    base = runs[0]["workload"]
+    base = runs[0]
     differences = [
-        f"{key}: {base.get(key)!r} in {runs[0]['label']} vs {run['workload'].get(key)!r} in {run['label']}"
+        f"{key}: {base['workload'].get(key)!r} in {_name(base)} vs {run['workload'].get(key)!r} in {_name(run)}"
         for run in runs[1:]
         for key in WORKLOAD_KEYS
-        if run["workload"].get(key) != base.get(key)
+        if run["workload"].get(key) != base["workload"].get(key)
+    ]
+    differences += [
+        f"prompts: another prompt set in {_name(run)} than in {_name(base)} (prompts_sha)"
+        for run in runs[1:]
+        if {level_key(lv) for lv in run["levels"]} == {level_key(lv) for lv in base["levels"]}
+        and run["workload"].get("prompts_sha") != base["workload"].get("prompts_sha")
+    ]
+    differences += [
+        f"axis: {axis_of(base)} in {_name(base)} vs {axis_of(run)} in {_name(run)}"
+        for run in runs[1:]
+        if axis_of(run) != axis_of(base)
     ]
     if differences and not force:
         raise BadInput(
@@ -46,6 +69,11 @@ def check_comparable(runs: list[dict[str, Any]], force: bool) -> list[str]:
             "compare runs of the same workload, or pass --force to compare anyway",
         )
     return differences
+
+
+def _name(run: dict[str, Any]) -> str:
+    """A run as messages name it: its label, and its folder (two runs may share a label such as `run`)."""
+    return f"{run['label']} ({run['_folder']})"
 
 
 def noise_verdict(a: dict[str, Any], b: dict[str, Any], repeats: tuple[int, int]) -> str:
@@ -69,16 +97,18 @@ def _repeats(run: dict[str, Any], level: dict[str, Any]) -> int:
 
 
 def comparison_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[object]]]:
-    levels = [{lv["concurrency"]: lv for lv in run["levels"]} for run in runs]
-    shared = sorted(set.intersection(*(set(lv) for lv in levels)))
-    headers = ["conc"]
+    """One row per level every run measured, in the first run's order."""
+    levels = [{level_key(lv): lv for lv in run["levels"]} for run in runs]
+    shared = [key for key in levels[0] if all(key in lv for lv in levels[1:])]
+    with_input = axis_of(runs[0]) == "context-length"
+    headers = ["level"]
     for i, run in enumerate(runs):
         headers += [f"{run['label']} tok/s", "TTFT ms", "TPOT ms"] + (["vs first", "noise"] if i else [])
     rows = []
-    for c in shared:
-        first = levels[0][c]
-        row: list[object] = [c]
-        for i, lv in enumerate(level[c] for level in levels):
+    for key in shared:
+        first = levels[0][key]
+        row: list[object] = [level_label(first, with_input=with_input)]
+        for i, lv in enumerate(level[key] for level in levels):
             row += [lv["output_throughput_tok_s"], lv["ttft_ms"]["mean"], lv["tpot_ms"]["mean"]]
             if i:
                 ratio = (
@@ -95,28 +125,24 @@ def comparison_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[ob
 
 
 def plot(runs: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Throughput along the sweep's axis, and latency against throughput (each point named by its level)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    field, name, doubling = AXES[axis_of(runs[0])]
+    with_input = field == "input_len"
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in runs:
-        xs = [lv["concurrency"] for lv in run["levels"]]
-        ax.plot(xs, [lv["output_throughput_tok_s"] for lv in run["levels"]], marker="o", label=run["label"])
-    ax.set_xscale("log", base=2)
-    levels = sorted({lv["concurrency"] for run in runs for lv in run["levels"]})
-    ax.set_xticks(levels, [str(c) for c in levels])
-    paths.append(
-        _finish(
-            plt,
-            fig,
-            ax,
-            ("concurrent requests", "output tokens/s", "Throughput vs concurrency"),
-            out / "throughput.png",
-        )
-    )
+        points = [(lv[field], lv["output_throughput_tok_s"]) for lv in run["levels"] if lv.get(field) is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=run["label"])
+    xs = sorted({lv[field] for run in runs for lv in run["levels"] if lv.get(field) is not None})
+    if doubling and xs:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    paths.append(_finish(plt, fig, ax, (name, "output tokens/s", f"Throughput vs {name}"), out / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in runs:
@@ -127,9 +153,8 @@ def plot(runs: list[dict[str, Any]], out: Path) -> list[Path]:
             label=run["label"],
         )
         for lv in run["levels"]:
-            ax.annotate(
-                f"c={lv['concurrency']}", (lv["output_throughput_tok_s"], lv["tpot_ms"]["mean"]), fontsize=7, alpha=0.7
-            )
+            where = (lv["output_throughput_tok_s"], lv["tpot_ms"]["mean"])
+            ax.annotate(level_label(lv, with_input=with_input), where, fontsize=7, alpha=0.7)
     paths.append(
         _finish(plt, fig, ax, ("output tokens/s", "mean TPOT (ms)", "Latency vs throughput"), out / "latency.png")
     )
@@ -147,16 +172,33 @@ def _finish(plt: Any, fig: Any, ax: Any, labels: tuple[str, str, str], path: Pat
     return path
 
 
+def workload_line(run: dict[str, Any]) -> str:
+    """The workload as it was sent: the prompts' real lengths (a dataset's, as the server counted them; a context
+    sweep's range), and the load's shape."""
+    w = run["workload"]
+    counted = w.get("mean_prompt_tokens")
+    if w.get("dataset"):
+        prompts = f"dataset `{w['dataset']}`" + (f" (prompts of {counted:g} tokens on average)" if counted else "")
+    elif w.get("context_lens"):
+        prompts = f"prompts of {min(w['context_lens'])}-{max(w['context_lens'])} tokens"
+    else:
+        prompts = f"{w['input_len']}-token prompts"
+    load = w.get("load") or {}
+    shape = f", arrivals {load.get('arrival')}" if load.get("mode") == "request-rate" else ""
+    return (
+        f"Workload: model `{w['model']}`, {w['endpoint']}, {prompts}, {w['output_len']} output tokens, "
+        f"seed {w['seed']}, {w['repeats']} repeat(s) per level; levels by {axis_of(run)}{shape}."
+    )
+
+
 def write_report(runs: list[dict[str, Any]], out: Path, differences: list[str]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     headers, rows = comparison_rows(runs)
     plots = plot(runs, out)
-    w = runs[0]["workload"]
     lines = [
         "# nemolaunch bench report",
         "",
-        f"Workload: model `{w['model']}`, {w['endpoint']}, {w['input_len']} prompt / {w['output_len']} output tokens, "
-        f"seed {w['seed']}, {w['repeats']} repeat(s) per level.",
+        workload_line(runs[0]),
         "",
         "| run | folder | server | date | status |",
         "|---|---|---|---|---|",
@@ -173,7 +215,7 @@ def write_report(runs: list[dict[str, Any]], out: Path, differences: list[str]) 
         lines += ["", "Warnings:", *[f"- {w}" for w in warnings]]
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
     path = out / "report.md"
-    atomic_write_text(path, "\n".join(lines))
+    write_text(path, "\n".join(lines))
     return path
 
 

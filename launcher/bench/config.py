@@ -148,7 +148,7 @@ class BenchConfig:
 @dataclass(frozen=True)
 class LevelSpec:
     """One level of a sweep: how many requests may be in flight (None: no cap), the arrival rate (None: all at
-    once, as fast as the cap allows) and the prompt length."""
+    once, as fast as the cap allows) and the prompt length (0: a dataset's prompts, whatever their lengths)."""
 
     concurrency: int | None
     request_rate: float | None
@@ -162,17 +162,24 @@ class LevelSpec:
             parts.append(f"rate{self.request_rate:g}")
         if self.concurrency is not None:
             parts.append(f"c{self.concurrency}")
-        parts.append(f"in{self.input_len}")
+        if self.input_len:
+            parts.append(f"in{self.input_len}")
         return "-".join(parts)
 
 
 def levels(cfg: BenchConfig) -> list[LevelSpec]:
+    length = prompt_len(cfg)
     if cfg.request_rates:
         cap = cfg.concurrency[0] if cfg.concurrency else None
-        return [LevelSpec(cap, rate, cfg.input_len) for rate in cfg.request_rates]
+        return [LevelSpec(cap, rate, length) for rate in cfg.request_rates]
     if cfg.context_lens:
         return [LevelSpec(cfg.concurrency[0], None, n) for n in cfg.context_lens]
-    return [LevelSpec(c, None, cfg.input_len) for c in cfg.concurrency]
+    return [LevelSpec(c, None, length) for c in cfg.concurrency]
+
+
+def prompt_len(cfg: BenchConfig) -> int:
+    """The prompt length every level asks for: --input-len, or 0 with a dataset (its prompts have their own)."""
+    return 0 if cfg.dataset is not None else cfg.input_len
 
 
 def parse_slo(text: str) -> tuple[tuple[str, float], ...]:

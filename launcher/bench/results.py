@@ -23,14 +23,15 @@ from checks.secrets import redact_obj, redact_text
 from launcher.bench.client import RequestRecord
 from launcher.bench.config import BenchConfig, LevelSpec
 from launcher.bench.stats import LevelResult, tpot_s
+from launcher.documents import BENCH_SCHEMA
 from launcher.output import Unwritable, atomic_write_text
 
-SCHEMA = "nemolaunch.bench/1"
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 CSV_FIELDS = [
     "concurrency",
     "request_rate",
     "input_len",
+    "mean_prompt_tokens",
     "completed",
     "failed",
     "length_mismatched",
@@ -49,12 +50,14 @@ def _guarded_write(path: Path, text: str) -> None:
 
 
 def level_document(level: LevelResult) -> dict[str, Any]:
-    return asdict(level)
+    """A level as summary.json holds it; input_len is null for a dataset's level (its prompts' lengths vary: the
+    server's count is mean_prompt_tokens)."""
+    return {**asdict(level), "input_len": level.input_len or None}
 
 
 def write_summary(out: Path, doc: dict[str, Any]) -> None:
     """summary.json and summary.csv from the summary document (levels already as dicts), secrets masked."""
-    doc = redact_obj({"schema": SCHEMA, **{k: v for k, v in doc.items() if k != "schema"}})
+    doc = redact_obj({"schema": BENCH_SCHEMA, **{k: v for k, v in doc.items() if k != "schema"}})
     _guarded_write(out / "summary.json", json.dumps(doc, indent=2))
     buf = io.StringIO()
     writer = csv.writer(buf)

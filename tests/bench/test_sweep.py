@@ -209,10 +209,10 @@ def test_compare_ratios_and_noise(tmp_path: Path, capsys: pytest.CaptureFixture[
     cutlass = fake_run(tmp_path / "cutlass", "cutlass", {1: (83.0, 1.0), 32: (801.0, 40.0)})
     assert main(["compare", str(marlin), str(cutlass), "--out", str(tmp_path / "rep")]) == 0
     out = capsys.readouterr().out
-    row1 = next(line for line in out.splitlines() if line.startswith("1 "))
+    row1 = next(line for line in out.splitlines() if line.startswith("c=1 "))
     assert "0.856 (-14.4%)" in row1 and "beyond noise" in row1
     # -9.6% with a 40 tok/s spread over 3 repeats each: the interval reaches from -19% to +1%, undecided
-    assert "inconclusive" in next(line for line in out.splitlines() if line.startswith("32 "))
+    assert "inconclusive" in next(line for line in out.splitlines() if line.startswith("c=32 "))
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "0.856 (-14.4%)" in report and (tmp_path / "rep" / "throughput.png").is_file()
 
@@ -221,7 +221,7 @@ def test_compare_refuses_different_workloads(tmp_path: Path, capsys: pytest.Capt
     a = fake_run(tmp_path / "a", "a", {1: (97.0, None)})
     b = fake_run(tmp_path / "b", "b", {1: (83.0, None)}, input_len=128)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "rep")]) == 2
-    assert "input_len: 512 in a vs 128 in b" in capsys.readouterr().err
+    assert f"input_len: 512 in a ({a}) vs 128 in b ({b})" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "rep"), "--force"]) == 0
 
 
@@ -255,7 +255,7 @@ def test_compare_of_real_h200_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     """The seed's enforce-eager artefact, measured with nemolaunch on the H200 (tests/fixtures/bench)."""
     fixtures = FIXTURES / "bench"
     assert main(["compare", str(fixtures / "h200-graphs"), str(fixtures / "h200-eager"), "--out", str(tmp_path)]) == 0
-    row1 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("1 "))
+    row1 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("c=1 "))
     assert "437.53" in row1 and "95.32" in row1 and "0.218 (-78.2%)" in row1
     eager = json.loads((fixtures / "h200-eager" / "summary.json").read_text())
     assert any("--enforce-eager" in w for w in eager["warnings"])
