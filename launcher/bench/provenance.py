@@ -19,6 +19,10 @@ from launcher.bench.client import ServerInfo
 from launcher.bench.config import BenchConfig
 from launcher.profiles.profile import EAGER_COST
 
+IMPLAUSIBLE_TPOT_MS = 0.05  # 50 us per token: below every engine measured (the CPU engine's tiny model: ~4 ms)
+CLIENT_BOUND_SHARE = 0.9  # of each client process's time spent on the CPU
+RATE_SHORTFALL = 0.75  # completed / offered requests per second
+
 
 def provenance(cfg: BenchConfig, info: ServerInfo, served: dict[str, Any] | None) -> dict[str, Any]:
     from checks.facts import nvml_facts, stack_facts
@@ -44,6 +48,7 @@ def provenance(cfg: BenchConfig, info: ServerInfo, served: dict[str, Any] | None
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "host": socket.gethostname(),
             "cpu_count": os.cpu_count(),
+            "load_average_1m": round(os.getloadavg()[0], 2),  # how busy the machine was as the sweep began
         }
     )
     return doc
@@ -91,4 +96,32 @@ def after_run_warnings(cfg: BenchConfig, levels: list[dict[str, Any]]) -> list[s
                 f"{name}: achieved concurrency {level['achieved_concurrency']} is well below the requested one "
                 "(server-side cap such as max_num_seqs, or a client limit)"
             )
+        if level["completed"]:
+            warnings += implausible(name, level)
     return warnings
+
+
+def implausible(name: str, level: dict[str, Any]) -> list[str]:
+    """What says a level measured the client or the machine rather than the server: tokens that arrived all at once
+    (no engine emits a token every 50 us: they were read late), a client that was busy all the time, an offered rate
+    the level fell well short of."""
+    out = []
+    tpot = (level.get("tpot_ms") or {}).get("mean")
+    if tpot is not None and tpot < IMPLAUSIBLE_TPOT_MS:
+        out.append(
+            f"{name}: TPOT {tpot:.3f} ms is below what any engine produces: the tokens arrived together, read late "
+            "by a busy client or machine, so the latencies do not measure the server"
+        )
+    per_wall, processes = level.get("client_cpu_per_wall_s"), level.get("client_processes") or 1
+    if per_wall is not None and per_wall >= CLIENT_BOUND_SHARE * processes:
+        out.append(
+            f"{name}: the client was busy {per_wall / processes:.0%} of the level on {processes} process(es): it may "
+            "have set the pace (give --client-processes, or run the client on a less loaded machine)"
+        )
+    rate, done = level.get("request_rate"), level.get("request_throughput_req_s")
+    if rate and done is not None and done < RATE_SHORTFALL * rate:
+        out.append(
+            f"{name}: {done:g} requests/s completed of the {rate:g}/s offered: the server (or the client) did not "
+            "keep up, so the latencies include the queue"
+        )
+    return out
