@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,6 +203,12 @@ def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
 
 def validate(cfg: BenchConfig) -> None:
     """Every bad value is refused here, before a prompt is built or a request sent."""
+    url = urllib.parse.urlsplit(cfg.url)
+    if (url.username or url.password) and cfg.api_key:
+        raise BadInput(
+            "--url carries a user and password and an API key is given too: a request can send only one",
+            "drop the password from --url, or the key (--api-key-file, $NEMOLAUNCH_API_KEY, $VLLM_API_KEY)",
+        )
     if cfg.request_rates and cfg.context_lens:
         raise BadInput("give --request-rate or --context-lens, not both")
     values = {

@@ -225,3 +225,13 @@ def test_config_refuses(kw: dict[str, object], message: str) -> None:
     with pytest.raises(BadInput) as e:
         validate(BenchConfig(url="http://x", input_len=16, **kw))  # type: ignore[arg-type]
     assert e.value.message.startswith(message)
+
+
+def test_a_url_password_and_an_api_key_together_are_one_line() -> None:
+    """aiohttp refused the pair with an internal error (trust case 103)."""
+    with pytest.raises(BadInput) as e:
+        validate(BenchConfig(url="http://u:pw-0001@127.0.0.1:8000", api_key="k-0001"))
+    assert e.value.line() == (
+        "--url carries a user and password and an API key is given too: a request can send only one; drop the "
+        "password from --url, or the key (--api-key-file, $NEMOLAUNCH_API_KEY, $VLLM_API_KEY)"
+    )
