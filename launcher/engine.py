@@ -7,7 +7,6 @@ import importlib.util
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +17,8 @@ from launcher.paths import data_dir
 # installed from, marked complete once vLLM imported there.
 ENGINE_HOME = Path("~/.cache/nemolaunch").expanduser()
 ENGINE_LOCK = "cpu.txt"
-# Told (once per process) when no interpreter was named and the one `make` built is used; the CLI sets it.
-announce: Callable[[str], None] | None = None
-BUILT = "the engine `make engine` built"  # an Interpreter's source when it was found that way
-_announced = False
+# an Interpreter's source when none was named and vLLM is not here: every command that names its engine says it
+BUILT = "the engine `make engine` built; vLLM is not installed in nemolaunch's own Python"
 
 
 @dataclass(frozen=True)
@@ -50,12 +47,8 @@ def built_engine() -> Path | None:
 
 
 def _default() -> Interpreter:
-    """This interpreter when vLLM is installed here; else the engine `make` built, said once in one line."""
-    global _announced
+    """This interpreter when vLLM is installed here; else the engine `make engine` built."""
     if importlib.util.find_spec("vllm") is None and (built := built_engine()) is not None:
-        if announce is not None and not _announced:
-            _announced = True
-            announce(f"engine: {built} (the one `make engine` built; vLLM is not installed here; --python to choose)")
         return Interpreter(built, BUILT)
     return Interpreter(Path(sys.executable), "this interpreter")
 

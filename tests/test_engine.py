@@ -14,12 +14,11 @@ from launcher.cli.main import main
 from launcher.paths import data_dir
 
 
-def test_serve_without_python_uses_the_engine_make_built_and_says_so(
+def test_serve_and_doctor_without_python_use_the_engine_make_built_and_say_so(
     fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("NEMOLAUNCH_PYTHON", raising=False)
-    monkeypatch.setattr(engine, "_announced", False)
     digest = hashlib.sha256((data_dir("lockfiles") / "cpu.txt").read_bytes()).hexdigest()[:12]
     built = engine.ENGINE_HOME / f"engine-{digest}"
     built.symlink_to(fake_engine_python.parent.parent)  # the Makefile's ENGINE_DIR
@@ -29,12 +28,14 @@ def test_serve_without_python_uses_the_engine_make_built_and_says_so(
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"")
     assert main(["serve", "--profile", "cpu", "--model", str(model), "--dry-run", "--json"]) == 0
-    out, err = capsys.readouterr()
     python = built / "bin" / "python"
-    assert err.splitlines() == [
-        f"engine: {python} (the one `make engine` built; vLLM is not installed here; --python to choose)"
-    ]
-    assert json.loads(out)["argv"][0] == str(python)
+    assert json.loads(capsys.readouterr().out)["argv"][0] == str(python)
+    assert main(["doctor", "--only", "stack", "--model", str(model)]) in (0, 1)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        f"engine Python: {python} (from the engine `make engine` built; vLLM is not installed in nemolaunch's own "
+        "Python)"
+    )
 
 
 def test_without_a_built_engine_this_interpreter_is_the_default() -> None:

@@ -55,11 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     """The one error boundary: expected errors are one line on stderr; tracebacks only with -v. SIGTERM and SIGHUP
     are Ctrl-C: every command stops its children and exits 130 either way. Every line printed has its secrets
     masked (launcher/output.py)."""
-    from launcher import engine
     from launcher.output import redacted_streams
     from launcher.serve.lifetime import interrupts
 
-    engine.announce = lambda line: click.echo(line, err=True)
     with redacted_streams(), interrupts():
         return _main(argv)
 

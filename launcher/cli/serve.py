@@ -63,7 +63,6 @@ def serve(
     address vLLM really listens on, and only after checking that the server answering is the one it started.
     """
     from checks.secrets import redact_text
-    from launcher.engine import BUILT
     from launcher.output import json_document
     from launcher.serve import run as stage
 
@@ -80,7 +79,6 @@ def serve(
     if dry_run or vllm_version:
         click.echo(json_document("serve", plan.to_json()) if as_json else plan.shell())
         return ExitCode.OK
-    if plan.interpreter.source != BUILT:  # that one was said when it was found
-        say(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}")
+    say(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}")
     echo_log = None if quiet else (lambda line: click.echo(redact_text(line), err=True))
     return stage.run(plan, model, log_file, say=say, echo_log=echo_log, smoke=smoke)

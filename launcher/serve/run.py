@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checks.secrets import bearer
+from launcher.engine import BUILT
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import create_exclusive
 from launcher.serve import fallbacks
@@ -117,7 +118,8 @@ def launched(
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
-        say(f"starting vLLM {plan.rendered.vllm_version}, profile {plan.profile.name} (log {log_path})")
+        engine = f" with {plan.interpreter.describe()}" if plan.interpreter.source == BUILT else ""
+        say(f"starting vLLM {plan.rendered.vllm_version}{engine}, profile {plan.profile.name} (log {log_path})")
 
         def waiting(seconds: float) -> None:
             last = last_lines(log_path, 1)
