@@ -16,6 +16,17 @@ def check(facts: Facts) -> list[CheckResult]:
     model = facts.get("model")
     if model is None:
         return [CheckResult("memory", "memory", "skip", "no --model given")]
+    if model.get("config_error"):
+        return [
+            CheckResult(
+                "memory",
+                "memory",
+                "fail",
+                model["config_error"],
+                "the model's config.json as published",
+                "give the model's folder with its config.json unedited",
+            )
+        ]
     if not model["config"] or not model["weight_files"]:
         return [
             CheckResult(

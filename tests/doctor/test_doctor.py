@@ -124,15 +124,17 @@ def test_real_captures_judge_the_same(capture: Path) -> None:
 
 
 def test_h200_capture_reports_driver_cuda_and_family() -> None:
+    """Today's checks over the facts doctor recorded on the H200 (2026-11-30, vLLM 0.26): the verdicts come from
+    run_checks, not from the capture's own (older) list."""
     doc = json.loads((DOCTOR_FIXTURES / "h200-vllm026-2026-11-30.json").read_text())
-    checks = by_id(doc)
-    assert checks["driver"]["observed"].startswith("driver 580.") and "CUDA 13.0" in checks["driver"]["observed"]
-    assert "SM90" in checks["gpu.0"]["observed"]
-    gpu_layers = {k: c["status"] for k, c in checks.items() if k.split(".")[0] in ("driver", "gpu", "cuda", "import")}
+    checks = {c.id: c for c in run_checks(doc["facts"])}
+    assert checks["driver"].observed == "driver 580.159.04, supports CUDA 13.0 (NVML)"
+    assert "compute capability 9.0 = SM90" in checks["gpu.0"].observed
+    gpu_layers = {k: c.status for k, c in checks.items() if k.split(".")[0] in ("driver", "gpu", "cuda", "import")}
     assert set(gpu_layers.values()) == {"pass"}, gpu_layers
     # the one failure there is real: vLLM 0.26 was installed offline with --no-deps, so some pins are unmet
-    assert [k for k, c in checks.items() if c["status"] == "fail"] == ["stack.vllm-pins"]
-    assert "setuptools" in checks["stack.vllm-pins"]["observed"]
+    assert [k for k, c in checks.items() if c.status == "fail"] == ["stack.vllm-pins"]
+    assert "setuptools<81.0.0,>=77.0.3 (installed: 81.0.0)" in checks["stack.vllm-pins"].observed
 
 
 def test_unknown_check_and_missing_model_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,3 +168,27 @@ def test_secrets_in_the_environment_are_redacted() -> None:
 
     env = {"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "sk-1", "VLLM_DISABLED_KERNELS": "X", "HOME": "/root"}
     assert redact(env) == {"HF_TOKEN": "<redacted>", "VLLM_API_KEY": "<redacted>", "VLLM_DISABLED_KERNELS": "X"}
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "line"),
+    [
+        ("[1]", ["--only", "memory"], "[x]  memory: CONFIG: a JSON list, not an object"),
+        ("{not json", ["--only", "memory"], "[x]  memory: CONFIG: not JSON (Expecting property name enclosed in"),
+        (
+            '{"num_attention_heads": 1000000000000, "num_hidden_layers": 2}',
+            ["--profile", "cpu", "--only", "parallel"],
+            "[x]  parallel.model: CONFIG: num_attention_heads must be a positive integer below 1,048,576, not "
+            "1000000000000",
+        ),
+    ],
+    ids=["a-list", "not-json", "huge-head-count"],
+)
+def test_a_broken_model_config_is_a_failed_check_not_an_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, args: list[str], line: str
+) -> None:
+    """Before, a list gave "internal error: AttributeError" and 1e12 heads an O(n) divisor search."""
+    (tmp_path / "config.json").write_text(config)
+    assert main(["doctor", "--model", str(tmp_path), *args]) == 1
+    out = capsys.readouterr().out
+    assert any(s.startswith(line.replace("CONFIG", str(tmp_path / "config.json"))) for s in out.splitlines()), out
