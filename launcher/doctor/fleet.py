@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from checks.facts import Facts
 from checks.gpu_family import family_from_capability
 from checks.node import report as node_report
 from checks.result import CheckResult
-from launcher.errors import BadInput, ExitCode, NotReady
+from launcher.errors import BadInput, ExitCode, NemolaunchError, NotReady
 from launcher.profiles.profile import load_profile
 
 # what must be equal on every node (a difference fails) and what should be (a difference warns)
@@ -149,14 +151,37 @@ def compare(nodes: list[NodeRow]) -> tuple[dict[str, dict[str, Any]], list[Check
     return differences, findings
 
 
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """A HOST:PORT cluster address answers a TCP connect within seconds: ray.init itself retries for minutes and
+    prints Ray's own log meanwhile (821 s and 61 lines for 127.0.0.1:1). `auto` and other forms go to Ray as given."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as e:
+        raise NotReady(
+            f"cannot connect to the Ray cluster at {address}: {e.strerror or 'no answer'}"
+            + (f" within {CONNECT_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else ""),
+            "start it (ray start --head) or give its head's address and port",
+        ) from None
+
+
 def run(address: str, profile_ref: str | None, python: Path | None, timeout_s: float = 300.0) -> FleetReport:
     """Connect to the Ray cluster at `address`, run checks.node.report pinned to every alive node (with a
     profile: the nodes of its [placement], each of which must be in the cluster), and compare them."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise BadInput(f"--timeout {timeout_s} is not a positive number of seconds", "give e.g. 300")
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError:
         raise NotReady("Ray is not installed here", "pip install 'nemolaunch[ray]'") from None
+    check_reachable(address)
     placement = load_profile(profile_ref).placement if profile_ref else None
     if profile_ref and placement is None:
         raise BadInput(f"profile {profile_ref} has no [placement].nodes", "add the nodes of the multi-node launch")
@@ -194,6 +219,11 @@ def run(address: str, profile_ref: str | None, python: Path | None, timeout_s: f
             reports = ray.get(refs, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise NotReady(f"a node did not report within {timeout_s:.0f} s", "run nemolaunch doctor on it") from None
+        except ray.exceptions.RayError as e:  # a node died (NodeDiedError), its worker crashed, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise NemolaunchError(
+                f"a node failed while reporting ({type(e).__name__}: {first})", "run nemolaunch doctor on it"
+            ) from None
     finally:
         ray.shutdown()
     addresses = [n["NodeManagerAddress"] for n in alive]

@@ -111,3 +111,30 @@ def test_reach_tells_refused_from_unreachable() -> None:
         assert reach("127.0.0.1", server.getsockname()[1])["result"] == "connected"
     # TEST-NET-1 (RFC 5737) is never routed: a timeout, or no route at all
     assert reach("192.0.2.123", 9, timeout_s=0.5)["result"] in ("timeout", "unreachable", "error")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        (
+            ["--ray", "127.0.0.1:1"],
+            3,
+            "cannot connect to the Ray cluster at 127.0.0.1:1: Connection refused; start it (ray start --head) or "
+            "give its head's address and port",
+        ),
+        (
+            ["--ray", "127.0.0.1:1", "--timeout", "nan"],
+            2,
+            "--timeout nan is not a positive number of seconds; give e.g. 300",
+        ),
+    ],
+    ids=["refused", "timeout-nan"],
+)
+def test_an_unreachable_cluster_is_one_line_at_once(
+    args: list[str], code: int, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, ray.init retried for 821 s and printed 61 lines of Ray's own log."""
+    from launcher.cli.main import main
+
+    assert main(["fleet", "doctor", *args]) == code
+    assert capsys.readouterr().err.splitlines() == [f"nemolaunch: {line}"]
