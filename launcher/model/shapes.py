@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checks.model_config import ConfigError, size
 from launcher.errors import BadInput
 from launcher.model import quant as quantmod
 from launcher.model.known import KNOWN as KNOWN  # re-exported: the CLI lists them from here
@@ -35,6 +36,15 @@ QUANTIZATIONS = ("bf16", "fp8", "nvfp4")
 HF_QUANT = "hf_quant_config.json"
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.safetensors.index.json")
 
+# what a shape's sizes may be: beyond these no model exists, and vocab_size ids are written into its tokenizer
+SIZE_LIMITS = {
+    "vocab_size": 1 << 21,
+    "hidden_size": 1 << 18,
+    "intermediate_size": 1 << 20,
+    "num_hidden_layers": 1 << 12,
+    "num_attention_heads": 1 << 12,
+    "num_key_value_heads": 1 << 12,
+}
 REQUIRED_KEYS = ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
@@ -97,6 +107,13 @@ def resolve(ref: str, quantization: str | None = None, overrides: dict[str, Any]
     missing = [k for k in REQUIRED_KEYS if k not in config]
     if missing:
         raise BadInput(f"{ref} lacks {', '.join(missing)}", "give a model's config.json (from its model card)")
+    for key, limit in SIZE_LIMITS.items():  # a size a config or --set hands in: the tokenizer is padded to vocab_size
+        try:
+            value = size(config, key, Path(ref), limit)
+        except ConfigError as e:
+            raise BadInput(str(e), "give the model card's value") from None
+        if value is not None:
+            config[key] = value  # 128256.0 is 128256
     serve_args = ["--load-format", "dummy"]
     carried = config.get("quantization_config") or files.get(HF_QUANT)
     if quantization in ("fp8", "nvfp4") and carried:

@@ -75,8 +75,14 @@ def test_a_config_json_and_overrides(tmp_path: Path) -> None:
         (["nope-7b"], "unknown model shape 'nope-7b'; give a config.json or one of llama-3-8b, llama-3.1-8b"),
         (["llama-3-8b", "--set", "layers"], "--set 'layers' is not KEY=VALUE; write e.g. --set num_hidden_layers=4"),
         (["llama-3-8b", "--set", "vocab_size=512"], "vocab_size 512 is below the tokenizer's 1024 ids"),
+        (
+            ["llama-3-8b", "--set", "vocab_size=1000000000000"],
+            "llama-3-8b: vocab_size must be a positive integer below 2,097,152, not 1000000000000",
+        ),
+        (["llama-3-8b", "--set", "num_hidden_layers=nan"], "llama-3-8b: num_hidden_layers must be a positive integer"),
+        (["llama-3-8b", "--set", "hidden_size=-1"], "llama-3-8b: hidden_size must be a positive integer"),
     ],
-    ids=["unknown-name", "bad-set", "vocab-too-small"],
+    ids=["unknown-name", "bad-set", "vocab-too-small", "vocab-1e12", "layers-nan", "hidden-negative"],
 )
 def test_bad_input_is_one_line_and_exit_2(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
