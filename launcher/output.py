@@ -50,12 +50,14 @@ class Unwritable(NemolaunchError):
         where = f" {path}" if path else ""
         super().__init__(
             f"cannot write{where}: {error.strerror or error}",
-            "give a writable --out folder with free space (what was written before is kept there)",
+            "give a writable output folder with free space (what was written before is kept there)",
         )
 
 
 def os_error_line(error: OSError) -> str:
     """The error boundary's one line for an OSError no stage caught: what failed, on which path."""
+    if error.errno == errno.EEXIST and error.filename and not os.path.isdir(error.filename):
+        return Unwritable(error.filename, OSError(errno.ENOTDIR, "a file is there, not a folder")).line()
     if error.errno in _WRITE_ERRORS:
         return Unwritable(error.filename, error).line()
     where = f"{error.filename}: " if error.filename else ""

@@ -89,3 +89,15 @@ def test_printed_lines_are_masked_even_when_written_in_pieces(monkeypatch: pytes
         sys.stdout.write("key-0123 and http://u:pw@h/\nprogress\r")
         sys.stdout.write("tail")
     assert stdout.getvalue() == "key: <redacted> and http://u:<redacted>@h/\nprogress\rtail"
+
+
+def test_a_file_where_the_output_folder_should_be_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error boundary turns what no stage caught into one line (model shape said "internal error: OSError")."""
+    (tmp_path / "f").write_text("x")
+    assert main(["model", "shape", "llama-3-8b", str(tmp_path / "f" / "out"), "--python", sys.executable]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"nemolaunch: cannot write {tmp_path / 'f'}: a file is there, not a folder; give a writable output folder "
+        "with free space (what was written before is kept there)"
+    )

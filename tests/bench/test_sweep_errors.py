@@ -137,7 +137,7 @@ def test_a_full_disk_is_one_line_and_leaves_whole_lines(small_disk: Path, capsys
     err = capsys.readouterr().err
     assert rc == 1
     assert err.splitlines()[-1].startswith(f"nemolaunch: cannot write {small_disk}/r/")
-    assert "No space left on device; give a writable --out folder with free space" in err.splitlines()[-1]
+    assert "No space left on device; give a writable output folder with free space" in err.splitlines()[-1]
     text = (small_disk / "r" / "requests.jsonl").read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
 
@@ -149,7 +149,7 @@ def test_a_read_only_out_is_one_line(small_disk: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert rc == 1
     assert err.splitlines() == [
-        f"nemolaunch: cannot write {small_disk}/r: Read-only file system; give a writable --out folder with free "
+        f"nemolaunch: cannot write {small_disk}/r: Read-only file system; give a writable output folder with free "
         "space (what was written before is kept there)"
     ]
 
