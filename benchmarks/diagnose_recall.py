@@ -1,53 +1,88 @@
-"""Recall and false alarms of the knowledge base on real failure logs. Prints numbers; not a test.
+"""Recall and false alarms of `diagnose` on real failure logs from public threads. Prints numbers; not a test.
 
-    python benchmarks/diagnose_recall.py [tests/fixtures/diagnose/holdout.jsonl]
+    python benchmarks/diagnose_recall.py [CASES.jsonl] [--python ENGINE_PYTHON] [--holdout | --dev] [-v]
 
 Each case is an excerpt quoted from a public thread (source URL in the file) with the key its fix must name
-(a flag, variable or package) and whether it is benign. A failure counts as recognised when a specific (not
-catch-all) error or warning finding's fix names that key; a benign case is a false alarm when any error is
-found. holdout.jsonl holds the threads set aside at random before any rule was written
-(tests/fixtures/diagnose/holdout-threads.json has the seed and the list); cases.jsonl holds those rules were
-written from.
+(a flag, variable or package) and whether it is benign. A failure counts as recognised when an error or warning
+finding other than the catch-alls ("root-error", "engine-core-died") names that key in its fix; a case without a
+key only needs an error or warning. A benign case is a false alarm when any error is found.
+
+--python builds (or reads from the cache) the message index of that engine's packages and matches with it too;
+without it, the curated knowledge base alone. The origin of each recognising finding is counted: the message
+index, the curated base, or the fallback (what to collect when the log cannot tell).
+
+Sets: holdout.jsonl (threads set aside before the curated rules were written; holdout-threads.json) and
+fresh-2026-12-03.jsonl, collected later from other threads; its quarter in fresh-holdout-2026-12-03.json was drawn
+at random before diagnose ran on any of it. --holdout scores that quarter only, --dev the rest.
 """
 
+import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.diagnose.run import diagnose_blocks, load_rules  # noqa: E402
+from launcher.diagnose.index import load_index  # noqa: E402
+from launcher.diagnose.rules import load_rules  # noqa: E402
+from launcher.diagnose.run import diagnose_blocks  # noqa: E402
+
+CATCH_ALLS = {"root-error", "engine-core-died"}
+FIXTURES = ROOT / "tests/fixtures/diagnose"
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests/fixtures/diagnose/holdout.jsonl"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="?", type=Path, default=FIXTURES / "holdout.jsonl")
+    parser.add_argument("--python", help="the engine interpreter whose message index is used")
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument("--holdout", action="store_true", help="only the held-out quarter of the fresh set")
+    split.add_argument("--dev", action="store_true", help="only the rest of the fresh set")
+    parser.add_argument("-v", action="store_true", help="print every case's findings")
+    args = parser.parse_args()
+
     rules = load_rules()
-    cases = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    recognised, failures, alarms, benign, root_named, missed = 0, 0, 0, 0, 0, []
+    index = load_index(args.python)[0] if args.python else None
+    cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
+    if args.holdout or args.dev:
+        held = set(json.loads((FIXTURES / "fresh-holdout-2026-12-03.json").read_text())["holdout_threads"])
+        cases = [c for c in cases if (c["source"] in held) == args.holdout]
+    recognised, failures, alarms, benign, errors, missed = 0, 0, 0, 0, 0, []
+    origins: Counter[str] = Counter()
     for case in cases:
-        findings, _ = diagnose_blocks([case["excerpt"].encode()], None, rules)
+        findings, _ = diagnose_blocks([case["excerpt"].encode()], None, rules, index)
+        got = [(f.rule.id, str(f.severity), f.origin) for f in findings]
+        if args.v:
+            print(case["source"], case["fix_key"], got)
         if case["benign"]:
             benign += 1
-            alarms += any(f.severity == "error" for f in findings)
+            if any(f.severity == "error" for f in findings):
+                alarms += 1
+                missed.append(f"  false alarm {case['source']}: {[g for g in got if g[1] == 'error']}")
             continue
         failures += 1
         flagged = [f for f in findings if f.severity in ("error", "warning")]
-        if case["fix_key"] and any(not f.rule.generic and case["fix_key"] in f.fix() for f in flagged):
+        errors += bool(flagged)
+        key = case["fix_key"]
+        hits = [f for f in flagged if f.rule.id not in CATCH_ALLS and key.lower() in f.fix().lower()] if key else flagged
+        if hits:
             recognised += 1
-        elif case["fix_key"] is None and flagged:
-            recognised += 1  # the excerpt shows no root cause: the catch-all naming the failure is right
+            origins[hits[0].origin] += 1
         else:
-            missed.append(f"  {case['source']}  (wanted {case['fix_key']}; got {[f.rule.id for f in findings]})")
-        root_named += any(f.severity == "error" for f in flagged)
-    threads = len({c["source"].split("#")[0] for c in cases})
+            missed.append(f"  missed {case['source']} (wanted {key}; got {got})")
     for line in missed:
-        print("missed", line)
-    print(f"{path.name}: {len(rules)} rules; {failures} failure cases from {threads} threads")
+        print(line)
+    threads = len({c["source"].split("#")[0] for c in cases})
+    which = "holdout quarter" if args.holdout else "dev part" if args.dev else "all"
+    print(f"{args.cases.name} ({which}): {len(rules)} rules, index: {len(index) if index else 'none'} templates")
+    print(f"{failures} failure cases, {benign} benign, from {threads} threads")
     print(
         f"recognised with the right fix: {recognised}/{failures} ({recognised / max(failures, 1):.0%}); "
-        f"an error finding at all: {root_named}/{failures}; false alarms: {alarms}/{benign} benign"
+        f"an error or warning at all: {errors}/{failures}; false alarms: {alarms}/{benign} benign"
     )
+    print("recognised by origin: " + ", ".join(f"{k} {v}" for k, v in sorted(origins.items())))
 
 
 if __name__ == "__main__":

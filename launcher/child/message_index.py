@@ -1,19 +1,12 @@
-"""The error and warning messages the installed serving stack can print, read from its own sources:
-python -I message_index.py OUT.json [NAME=DIR@VERSION ...]
-
-Run under the engine's interpreter (never imports launcher, nor the packages it reads). Without arguments it
-finds vllm, torch, flashinfer, triton, transformers, huggingface_hub and ray where this interpreter would import
-them; NAME=DIR@VERSION reads sources from a folder instead (an unpacked wheel of another version).
+"""The error and warning messages the installed serving stack can print, read from its own sources (run under
+the engine's interpreter; imports neither launcher nor the packages it reads): python message_index.py OUT.json
+[NAME=DIR@VERSION ...] (folders of another version, e.g. an unpacked wheel) or --versions.
 
 Every `raise X(msg)`, `assert cond, msg`, `logger.error|exception|critical|warning(msg)` and `warnings.warn(msg)`
-with a message that says something becomes a template: its literal parts with None for each formatted part
-(f-strings, % and .format, + concatenation, a variable assigned a message earlier in the function). Each keeps
-its package, file, line, function, exception class, level, the `if` test that guards it, and the knobs its
-function reads: VLLM_*/NCCL_*/... names, envs.X, --flags and attributes of config objects. From compiled
-libraries (libnccl, libcudart, vLLM's _C) it takes printable strings that read as error messages.
-
-Writes OUT.json: {"schema": 1, "packages": {name: version}, "templates": [...], "engine_args": [...],
-"seconds": s}; prints a one-line JSON summary. `--versions` prints the packages and versions only.
+becomes a template: literal parts and None for each formatted part (f-strings, %, .format, +, a variable assigned a
+message earlier), with package, file, line, function, exception class, level, the guarding `if` test and the knobs
+the function reads (VLLM_*/NCCL_* names, envs.X, --flags, config fields). Compiled libraries (libnccl, libcudart,
+vLLM's _C) give their printable strings that read as error messages. Writes OUT.json and prints a JSON summary.
 """
 
 from __future__ import annotations
@@ -42,17 +35,9 @@ PACKAGES = {  # import name -> distribution names to read the version from
 # compiled libraries whose messages are not in any Python source, by where their wheels put them
 LIBRARIES = ("nvidia/nccl/lib/libnccl.so*", "nvidia/cuda_runtime/lib/libcudart.so*", "vllm/_C*.so")
 SKIP_DIRS = {"tests", "test", "testing", "benchmarks", "examples", "_vendor", "__pycache__"}
-LOG_LEVELS = {
-    "error": "error",
-    "exception": "error",
-    "critical": "error",
-    "fatal": "error",
-    "error_once": "error",
-    "warning": "warning",
-    "warn": "warning",
-    "warning_once": "warning",
-    "warn_once": "warning",
-}
+# logger methods by the level of what they log ("_once" variants included)
+LOG_LEVELS = {m: "error" for m in ("error", "exception", "critical", "fatal", "error_once")}
+LOG_LEVELS |= {m: "warning" for m in ("warning", "warn", "warning_once", "warn_once")}
 MIN_LITERAL = 12  # a template needs this many literal characters to say something
 MAX_KNOBS = 12
 ENV_NAME = re.compile(
@@ -174,13 +159,15 @@ def _knobs(function: ast.AST | None) -> list[str]:
     found: dict[str, None] = {}
     if function is None:
         return []
+    # a method called on a config object is not a field of it
+    called = {id(n.func) for n in ast.walk(function) if isinstance(n, ast.Call)}
     for node in ast.walk(function):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             for m in ENV_NAME.finditer(node.value):
                 found.setdefault(m.group(), None)
             for m in FLAG.finditer(node.value):
                 found.setdefault(m.group(), None)
-        elif isinstance(node, ast.Attribute):
+        elif isinstance(node, ast.Attribute) and id(node) not in called:
             owner = _name(node.value)
             if owner == "envs" and ENV_NAME.fullmatch(node.attr):
                 found.setdefault(node.attr, None)
@@ -344,20 +331,21 @@ def engine_args(roots: dict[str, tuple[Path, str]]) -> list[str]:
     return []
 
 
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def installed() -> dict[str, tuple[Path, str]]:
     found = {}
     for name, dists in PACKAGES.items():
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             continue
-        version = "?"
-        for dist in dists:
-            try:
-                version = importlib.metadata.version(dist)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        found[name] = (Path(next(iter(spec.submodule_search_locations))), version)
+        versions = [_version(d) for d in dists]
+        found[name] = (Path(next(iter(spec.submodule_search_locations))), next((v for v in versions if v), "?"))
     return found
 
 
@@ -365,10 +353,8 @@ def jobs_for(name: str, root: Path) -> list[tuple[str, str, str]]:
     jobs = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for file in sorted(files):
-            if file.endswith(".py"):
-                path = Path(folder, file)
-                jobs.append((name, str(path), f"{name}/{path.relative_to(root).as_posix()}"))
+        paths = [Path(folder, f) for f in sorted(files) if f.endswith(".py")]
+        jobs += [(name, str(p), f"{name}/{p.relative_to(root).as_posix()}") for p in paths]
     return jobs
 
 

@@ -5,14 +5,26 @@ tell, what to collect next.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.diagnose.lifecycle import COLLECT_AFTER_EARLY_END, COLLECT_AFTER_SILENT_DEATH, SILENT_DEATH, STAGE_FIX
 from launcher.diagnose.rules import Rule, Severity
-from launcher.diagnose.templates import Site
+from launcher.diagnose.templates import SUPPORT_GAP, Site
 
 MAX_EVIDENCE = 5
+# errors of the code itself, not of its input: a bug in the release installed
+CODE_ERRORS = ("AttributeError", "NameError", "UnboundLocalError")
+ARGUMENT_ERROR = re.compile(r"unexpected keyword argument|required positional argument|takes \d+ positional")
+CODE_BUG_FIX = (
+    "a programming error inside the serving stack (vLLM or a library it calls), not your configuration: try the "
+    "previous or the next vLLM release (pip install -U vllm), and report it with the traceback"
+)
+NOT_YET_SUPPORTED = (
+    "the installed release does not support this: a newer vLLM (pip install -U vllm) or library may; otherwise "
+    "change the option or the model that needs it"
+)
 CURATED, INDEX, FALLBACK = "curated", "index", "fallback"  # where a finding's knowledge came from
 
 
@@ -73,6 +85,21 @@ NOT_ENOUGH_EVIDENCE = _rule(
     "the lines that would name the cause are not in this log",
     "{next_step}",
 )
+NOT_SUPPORTED = _rule(
+    "not-supported-here",
+    Severity.ERROR,
+    "The installed release does not support what was asked",
+    "the error says the software lacks support for this model, method or option in the installed version",
+    "{next_step}",
+)
+CODE_BUG = _rule(
+    "code-bug",
+    Severity.ERROR,
+    "A programming error inside the serving stack, not a configuration error",
+    "the root error is one Python raises for broken code (a missing attribute or name, a wrong call), not for "
+    "bad input",
+    "{next_step}",
+)
 STOPPED = _rule(
     "stopped-on-request",
     Severity.INFO,
@@ -95,26 +122,41 @@ class Trace:
     stop: tuple[int, str] | None = None  # the first stop someone asked for
     started: bool = False
     serving: int | None = None  # the line where vLLM said it serves
+    loose: tuple[int, str, str | None] | None = None  # the first exception line outside any traceback, and its stage
 
 
 def _root_finding(trace: Trace, before: int) -> Finding | None:
     """The generic finding for a failure no rule names: the first root error (before the stop) and its stage."""
     roots = [r for r in trace.roots if r[0] < before]
     fatal = trace.fatal if trace.fatal and trace.fatal[0] < before else None
+    loose = trace.loose if trace.loose and trace.loose[0] < before else None
     if roots:
         line, text, stage = roots[0]
     elif fatal:
         line, text, stage = fatal
+    elif loose:
+        line, text, stage = loose
     else:
         return None
     silent = any(w in text for w in SILENT_DEATH)
-    rule = NOT_ENOUGH_EVIDENCE if silent else ROOT_CAUSE
-    finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks else Severity.WARNING, count=1)
+    exception = text.split(":", 1)[0].split("(", 1)[0].rsplit(".", 1)[-1]
+    code_bug = exception in CODE_ERRORS or (exception == "TypeError" and ARGUMENT_ERROR.search(text) is not None)
+    gap = SUPPORT_GAP.search(text) is not None
+    rule = NOT_ENOUGH_EVIDENCE if silent else NOT_SUPPORTED if gap else CODE_BUG if code_bug else ROOT_CAUSE
+    finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks or loose else Severity.WARNING, count=1)
     finding.evidence = [(line, text)]
     if fatal and fatal[0] != line:
         finding.evidence.append(fatal[:2])
     finding.stage, finding.origin = stage, FALLBACK
-    finding.groups = {"next_step": COLLECT_AFTER_SILENT_DEATH if silent else STAGE_FIX[stage]}
+    if silent:
+        next_step = COLLECT_AFTER_SILENT_DEATH
+    elif gap:
+        next_step = NOT_YET_SUPPORTED
+    elif code_bug:
+        next_step = CODE_BUG_FIX
+    else:
+        next_step = STAGE_FIX[stage]
+    finding.groups = {"next_step": next_step}
     return finding
 
 

@@ -41,6 +41,12 @@ _PREFIX = re.compile(
 )
 # a line whose level says it is ordinary: vLLM's INFO/DEBUG lines, uvicorn's access log
 _ORDINARY = re.compile(rb"^[^\n]{0,80}?(?:\b(?:INFO|DEBUG)\s+\d\d-\d\d\s|(?:^|\)\s|\|\s)(?:INFO|DEBUG):\s)")
+_LEVEL = re.compile(rb"^.{0,80}?(?<![\w-])(ERROR|WARNING|WARN|CRITICAL|FATAL|INFO|DEBUG)(?=[\s:\]])")
+# a traceback frame in one of the packages the message index reads: (package path, function)
+FRAME = re.compile(
+    rb'File "[^"\n]*?/((?:vllm|torch|flashinfer|triton|transformers|huggingface_hub|ray|sglang|sgl_kernel|deep_gemm)'
+    rb'/[^"\n]+\.py)", line \d+, in (\w+)'
+)
 _QUOTED = re.compile(r"""(['"])((?:(?!\1).){20,}?)\1(?=[\s,.;:)\]]|$)""")
 _QUOTES = str.maketrans({'"': "'", "`": "'", "\u2018": "'", "\u2019": "'", "\u201c": "'", "\u201d": "'"})
 _SPACE = re.compile(r"\s+")
@@ -64,6 +70,17 @@ def message(raw: bytes | str) -> str:
 def is_ordinary(raw: bytes) -> bool:
     """An INFO or DEBUG line of vLLM's logger or uvicorn's: no error or warning message is printed at that level."""
     return _ORDINARY.match(raw) is not None
+
+
+def level(raw: bytes) -> str | None:
+    """The level a line was logged at, when its prefix says (vLLM's, uvicorn's, Python logging's)."""
+    m = _LEVEL.match(raw)
+    return m.group(1).decode() if m else None
+
+
+def frames(text: bytes) -> list[tuple[str, str]]:
+    """The frames of a traceback that run through the indexed packages, outermost first: (file, function)."""
+    return [(f.decode(), fn.decode()) for f, fn in FRAME.findall(text)]
 
 
 def normal(text: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from launcher.diagnose import lifecycle as life
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
-from launcher.diagnose.logtext import ANSI, MAX_LINE_TEXT, evidence, inner_messages, is_ordinary, message
+from launcher.diagnose.logtext import ANSI, MAX_LINE_TEXT, evidence, frames, inner_messages, is_ordinary, level, message
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -27,6 +27,10 @@ MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log 
 MAX_INDEX_LINES = 20000  # lines compared with the index per log: past that, a log is one failure repeated
 # a line that may carry an error or warning message holds one of these (case as printed)
 ERRORISH = (b"rror", b"ERROR", b"WARN", b"arning", b"xception", b"ailed", b"FAIL", b"atal", b"ssert", b"not supported")
+# a line that ends before its message does: a list goes on (",") or a label waits for its value (":")
+_WRAPPED = re.compile(rb"[,:(-]\s*$")
+# an exception named at the start of a message: "ValueError: ...", or its repr "AssertionError('...')"
+_LOOSE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|\(['\"])")
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$"
 )
@@ -87,6 +91,8 @@ class Matcher:
         self._sites = SiteRules(rules, index)
         self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
         self._index_lines = 0
+        self._frame_hits: list[tuple[Rule, int, str, str | None]] = []  # (rule, line, root error, stage)
+        self._loose: int | None = None  # where this feed's first exception line outside a traceback starts
 
     def _line_at(self, text: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
         """The line around pos, looked for no further than LONG_LINE either side: in a log without newlines a
@@ -117,6 +123,12 @@ class Matcher:
                             markers[pos] = member
                         else:
                             m = member.pattern.search(text, line_start, line_end)
+                            if m is None and _WRAPPED.search(text, max(line_start, line_end - 2), line_end):
+                                # the message goes on in the next line (a terminal or a container wrapped it)
+                                following = self._line_at(text, line_end + 1, start, stop)[1]
+                                m = member.pattern.search(
+                                    text[line_start:line_end] + b" " + text[line_end + 1 : following]
+                                )
                             if m and member.rule is not None:
                                 _, lines, groups = hits.setdefault(member.rule.id, (member.rule, set(), {}))
                                 lines.add(line_start)
@@ -124,18 +136,17 @@ class Matcher:
                                     if v and k not in groups:
                                         groups[k] = v.decode(errors="replace")
                         pos = text.find(member.literal, line_end, stop)
-            if self.index is not None:
-                self._scan_index(text, start, stop, hits)
+            self._scan_errorish(text, start, stop, hits)
             start = end
         return hits, sorted(markers.items())
 
-    def _scan_index(
+    def _scan_errorish(
         self, text: bytes, start: int, stop: int, hits: dict[str, tuple[Rule, set[int], dict[str, str]]]
     ) -> None:
-        """Lines of text[start:stop] that may carry an error or warning, compared with the message index. A line a
-        rule's pattern matched gets the raise site; a line no pattern matched gets the rule keyed on its site,
-        or a finding of its own made from the template."""
-        assert self.index is not None
+        """Lines of text[start:stop] that may carry an error or warning: the first one that is an exception of its
+        own (a log cut down to its last line still names the failure), and each compared with the message index. A
+        line a rule's pattern matched gets the raise site; a line no pattern matched gets the rule keyed on its
+        site, or a finding of its own made from the template."""
         starts: set[int] = set()
         for needle in ERRORISH:
             pos = text.find(needle, start, stop)
@@ -151,6 +162,10 @@ class Matcher:
             raw = text[line_start : min(line_end, line_start + MAX_LINE_TEXT)]
             if is_ordinary(raw):
                 continue
+            if self._loose is None and _LOOSE_EXCEPTION.match(message(raw)):
+                self._loose = line_start
+            if self.index is None:
+                continue
             self._index_lines += 1
             nxt = text[line_end + 1 : self._line_at(text, line_end + 1, start, stop)[1]] if line_end < stop else None
             template = self.index.match(raw, nxt or None)
@@ -160,7 +175,7 @@ class Matcher:
             if rule_id is not None:
                 self._sites.attach(rule_id, template)
                 continue
-            rule = self._sites.rule_for(template, message(raw))
+            rule = self._sites.rule_for(template, message(raw), level(raw))
             hits.setdefault(rule.id, (rule, set(), {}))[1].add(line_start)
 
     def feed(self, text: bytes) -> list[Finding]:
@@ -193,6 +208,19 @@ class Matcher:
             end = text.find(b"\n", start)
             finding.evidence.append((line, evidence(text[start : end if end >= 0 else len(text)])))
         self._track_life(text, first_line, markers, stages)
+        for rule, at_line, root, stage in self._frame_hits:
+            finding = self._finding(rule, new)
+            finding.count += 1
+            finding.stage = finding.stage or stage
+            if len(finding.evidence) < MAX_EVIDENCE and all(n != at_line for n, _ in finding.evidence):
+                finding.evidence.append((at_line, root))
+                finding.evidence.sort()
+        self._frame_hits = []
+        if self._loose is not None and self.trace.loose is None:
+            end = text.find(b"\n", self._loose)
+            said = message(text[self._loose : end if end >= 0 else len(text)])[:400]
+            self.trace.loose = (first_line + text.count(b"\n", 0, self._loose), said, self.trace.stage)
+        self._loose = None
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")
         return new
@@ -248,7 +276,12 @@ class Matcher:
                 if root:
                     at, line = root
                     # a traceback names the stage through its frames; else the last marker the log printed
-                    trace.roots.append((line_of(at), line, self._stage_in(text[pos:at]) or stage_here))
+                    stage = self._stage_in(text[pos:at]) or stage_here
+                    trace.roots.append((line_of(at), line, stage))
+                    # a curated rule keyed on a component the traceback ran through explains it, any wording
+                    keyed = self._sites.keyed_on(frames(text[pos:at]))
+                    if keyed is not None and not keyed.generic:
+                        self._frame_hits.append((keyed, line_of(at), line, stage))
                 else:
                     self._awaiting = (self._stage_in(text[pos:]) or stage_here, 400)
             elif member.kind == "fatal" and trace.fatal is None:

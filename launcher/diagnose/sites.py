@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from launcher.diagnose.lifecycle import STAGE_FIX
 from launcher.diagnose.rules import Rule, Severity
-from launcher.diagnose.templates import Site, TemplateIndex
+from launcher.diagnose.templates import SUPPORT_GAP, Site, TemplateIndex
 
 MAX_TITLE = 110
 
@@ -21,7 +21,7 @@ class SiteRules:
         self.keyed = [r for r in rules if r.sites]
         self.index = index
         self._site_by_rule: dict[str, Site] = {}
-        self._made: dict[int, Rule] = {}
+        self._made: dict[tuple[int, bool], Rule] = {}
 
     def attach(self, rule_id: str, template: int) -> None:
         """The raise site of a line a curated rule's pattern matched: the rule keeps its fix, the finding gains
@@ -32,23 +32,34 @@ class SiteRules:
     def site_of(self, rule_id: str) -> Site | None:
         return self._site_by_rule.get(rule_id)
 
-    def rule_for(self, template: int, said: str) -> Rule:
+    def keyed_on(self, frames: list[tuple[str, str]]) -> Rule | None:
+        """The curated rule keyed on one of a traceback's frames (file, function), innermost first."""
+        for file, function in reversed(frames):
+            for rule in self.keyed:
+                if rule.explains(file, function):
+                    return rule
+        return None
+
+    def rule_for(self, template: int, said: str, logged: str | None) -> Rule:
         """The rule for a line that matched template but no curated pattern. `said` is the message as logged:
-        its values make the advice concrete."""
+        its values make the advice concrete; `logged` is the level the line was logged at (a message an error
+        template describes, logged as a warning, was not fatal there)."""
         assert self.index is not None
         site = self.index.site(template)
         for rule in self.keyed:
             if rule.explains(site.file, site.function):
                 self.attach(rule.id, template)
                 return rule
-        if template not in self._made:
-            self._made[template] = self._make(site, said)
-            self._site_by_rule[self._made[template].id] = site
-        return self._made[template]
+        demoted = logged in ("WARNING", "WARN") and site.level == "error"
+        key = (template, demoted)
+        if key not in self._made:
+            self._made[key] = self._make(site, said, demoted)
+            self._site_by_rule[self._made[key].id] = site
+        return self._made[key]
 
-    def _make(self, site: Site, said: str) -> Rule:
+    def _make(self, site: Site, said: str, demoted: bool) -> Rule:
         assert self.index is not None
-        clauses, named = self.index.advice(said)
+        clauses, named = self.index.advice(said, site.guard)
         knobs = [self.index.flag_of(k) for k in site.knobs]
         verb = "raised" if site.level == "error" and not site.exception.startswith("logger.") else "logged"
         when = f" when {site.guard}" if site.guard else ""
@@ -60,6 +71,8 @@ class SiteRules:
             fix_parts.append("the message says: " + " ".join(clauses))
         if named:
             fix_parts.append("it names " + ", ".join(named))
+        if SUPPORT_GAP.search(said):
+            fix_parts.append(f"a newer {site.package} release may support it (pip install -U {site.package})")
         if not fix_parts and knobs:
             fix_parts.append("the knobs of the code that raised it: " + ", ".join(knobs))
         fix = "; ".join(fix_parts) or STAGE_FIX[None]
@@ -69,11 +82,13 @@ class SiteRules:
         version = self.index.packages.get(site.package, "")
         return Rule(
             id=f"raised:{site.file}:{site.function or site.line}",
-            severity=Severity.ERROR if site.level == "error" else Severity.INFO,
+            severity=Severity.ERROR if site.level == "error" and not demoted else Severity.INFO,
             title=_short(f"{kind}: {site.text}", MAX_TITLE),
             patterns=(),
             cause=cause,
             fix=fix,
             source=f"message index: {site.package} {version}".strip(),
             stage_fix=stage_fix,
+            # logger.exception logs while an exception is handled: the traceback under it names the cause
+            generic=site.exception == "logger.exception",
         )

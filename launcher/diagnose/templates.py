@@ -29,6 +29,13 @@ _IMPERATIVE = re.compile(
     r"specify|pass|add|remove|check|run|reinstall|update|export|unset|switch)\b",
     re.IGNORECASE,
 )
+_FIELD = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # a parameter named in snake_case
+_GUARD_FIELD = re.compile(r"\b(?:self|\w*config|\w*args)\.([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?!\()")
+# a message that says the installed software lacks something: a newer release may have it
+SUPPORT_GAP = re.compile(
+    r"(?i)\bnot (?:yet )?(?:supported|implemented)\b|\bunsupported\b|\b(?:does|do) not support\b.*\byet\b"
+    r"|\bunknown \w+ method\b"
+)
 _SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
 
 
@@ -100,7 +107,9 @@ class TemplateIndex:
         self._by_word: dict[bytes, list[int]] = {}
         for i, (t, anchor) in enumerate(zip(self._raw, doc["anchors"], strict=True)):
             self._parts.append(tuple(normal(p) if p.strip() else " " for p in t["parts"] if p is not None))
-            if anchor is not None:
+            # Python's own "object has no attribute" says nothing about where a failure began
+            generic = (t["function"] or "").endswith(("__getattr__", "__getattribute__"))
+            if anchor is not None and not generic:
                 self._by_word.setdefault(anchor.encode(), []).append(i)
         self._sites: dict[int, Site] = {}
 
@@ -158,14 +167,13 @@ class TemplateIndex:
                 best = key
         return -best[2] if best else None
 
-    def advice(self, said: str) -> tuple[list[str], list[str]]:
-        """What the message itself says to do: its imperative clauses, and the flags and variables it names
-        (an engine argument named in snake_case is its --flag)."""
+    def advice(self, said: str, guard: str | None = None) -> tuple[list[str], list[str]]:
+        """What the message itself says to do: its imperative clauses, and the flags, variables and parameters it
+        names (an engine argument named in snake_case is its --flag), with the fields its raising condition tests."""
         clauses = [s.strip() for s in _SENTENCE.split(said) if _IMPERATIVE.search(s.strip())]
+        fields = _FIELD.findall(said) + (_GUARD_FIELD.findall(guard) if guard else [])
         knobs = _FLAG.findall(said) + _ENV.findall(said)
-        knobs += [
-            f"--{w.replace('_', '-')}" for w in re.findall(r"\b[a-z]+(?:_[a-z0-9]+)+\b", said) if w in self.engine_args
-        ]
+        knobs += [f"--{w.replace('_', '-')}" if w in self.engine_args else w for w in fields]
         return clauses, list(dict.fromkeys(knobs))
 
     def flag_of(self, knob: str) -> str:
