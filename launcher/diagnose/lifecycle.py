@@ -23,6 +23,8 @@ FATAL = (
 # Exceptions that only say something below them failed: the root error is the one before them, or the one
 # they quote.
 WRAPPERS = ("EngineDeadError", "Engine core initialization failed", "EngineCore failed to start", "WorkerProc hit")
+# wrappers that quote the error they wrap: the quoted error is read as the root
+QUOTING = ("Worker failed with error",)
 # A stop someone asked for: the engine core was sent SIGTERM/SIGINT (by nemolaunch, the operator, Kubernetes),
 # the API server's own shutdown began, or Ctrl-C. What vLLM logs after it (EngineDeadError, force-killed
 # processes) is the stop, not a crash.

@@ -37,10 +37,11 @@ _EXCEPTION = re.compile(
 
 
 def _marker_pattern(marker: bytes) -> re.Pattern[str]:
-    """A fixed marker as a pattern whose edge words are whole words (so the prefilter can anchor on them)."""
+    """A fixed marker as a pattern the prefilter can anchor on: it starts a word, and it ends one only when it is a
+    single word (the last word of "Capturing CUDA graph" goes on as "graphs")."""
     text = marker.decode()
     left = r"\b" if WORD.match(text[0]) else ""
-    right = r"\b" if WORD.match(text[-1]) else ""
+    right = r"\b" if WORD.match(text[-1]) and WORD.fullmatch(text) else ""
     return re.compile(left + re.escape(text) + right)
 
 
@@ -313,11 +314,12 @@ class Matcher:
             end = len(text) if end < 0 else end
             said = message(text[start:end])
             if _EXCEPTION.match(said):
-                if not said.startswith(life.WRAPPERS):
-                    return start, said[:400]
-                inner = [m for m in inner_messages(said) if _EXCEPTION.match(m)]
+                quoted = any(q in said for q in life.QUOTING)
+                inner = [m for m in inner_messages(said) if _EXCEPTION.match(m)] if quoted else []
                 if inner:
                     return start, inner[0][:400]
+                if not said.startswith(life.WRAPPERS):
+                    return start, said[:400]
             start = end + 1
         return None
 

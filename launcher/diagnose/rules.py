@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.diagnose.lifecycle import Stage
 from launcher.diagnose.literals import anchor_words, required_literal
 from launcher.paths import data_dir
 
@@ -26,7 +27,7 @@ class Severity(enum.StrEnum):
         return list(Severity).index(self)
 
 
-STAGES = ("loading weights", "memory profiling", "CUDA graph capture", "serving requests")
+STAGES = tuple(str(stage) for stage in Stage)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,10 @@ class TemplateIndex:
     def __len__(self) -> int:
         return len(self._raw)
 
+    def parts(self, i: int) -> list[str | None]:
+        """Template i as the index stores it: its literal parts, None for each formatted part."""
+        return list(self._raw[i]["parts"])
+
     def site(self, i: int) -> Site:
         if i not in self._sites:
             t = self._raw[i]

@@ -65,7 +65,7 @@ def test_every_rule_has_what_a_finding_needs() -> None:
     rules = load_rules()
     assert len({r.id for r in rules}) == len(rules)
     for rule in rules:
-        assert rule.patterns and rule.cause and rule.fix and rule.source, rule.id
+        assert (rule.patterns or rule.sites) and rule.cause and rule.fix and rule.source, rule.id
 
 
 def test_every_pattern_has_a_literal_to_search_for() -> None:

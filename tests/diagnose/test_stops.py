@@ -18,7 +18,7 @@ import pytest
 from launcher.cli.main import main
 from launcher.diagnose.matcher import Matcher
 from launcher.diagnose.rules import load_rules
-from launcher.serve.run import LogWatch
+from launcher.serve.watch import LogWatch
 from tests.diagnose.texts import ROOT_LOG, diagnose_text
 from tests.helpers import FIXTURES, free_port
 
