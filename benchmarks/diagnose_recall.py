@@ -66,7 +66,8 @@ def main() -> None:
         flagged = [f for f in findings if f.severity in ("error", "warning")]
         errors += bool(flagged)
         key = case["fix_key"]
-        hits = [f for f in flagged if f.rule.id not in CATCH_ALLS and key.lower() in f.fix().lower()] if key else flagged
+        named = [f for f in flagged if f.rule.id not in CATCH_ALLS and key and key.lower() in f.fix().lower()]
+        hits = named if key else flagged
         if hits:
             recognised += 1
             origins[hits[0].origin] += 1
