@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +83,7 @@ class Running:
     startup_s: float
     listening: list[str]  # the addresses vLLM's processes listen on, as the kernel reports them
     log: Path
+    drain: Callable[[], None]  # stop following the log once it is read to its end
 
 
 @contextmanager
@@ -141,7 +142,7 @@ def launched(
             )
             for found in fallbacks.in_log(log_path, plan.profile):
                 say(fallbacks.line_of(found))
-            yield Running(server, watch, models, startup, listening, log_path)
+            yield Running(server, watch, models, startup, listening, log_path, drain)
         finally:
             watch.echo_log = None  # vLLM's teardown is in the log; the terminal gets the one line below
             code = server.stop()
@@ -173,7 +174,7 @@ def run(
         while running.server.alive() and dead is None:
             dead = running.server.dead_child()
             time.sleep(0.5)
-        time.sleep(1.0)  # let the log follower read the last lines
+        running.drain()  # the follower reads the log to its end, then stops: the diagnosis sees the last lines
         cause = running.watch.root_cause()
         if dead is not None:
             pid, name = dead
