@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from checks import child
 from checks.files import cache_dir
@@ -24,14 +26,14 @@ def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> Engine
     envs_py = Path(str(info["package_dir"])) / "envs.py"
     stamp = f"{interpreter.path}|{info['version']}|{envs_py.stat().st_mtime_ns}"
     cache = cache_dir("surface") / (hashlib.sha256(stamp.encode()).hexdigest()[:16] + ".json")
-    if cache.is_file():
-        full = json.loads(cache.read_text())
-    else:
+    full = _cached(cache)
+    if full is None:
         result = run_python(interpreter.path, SURFACE_SCRIPT, ["--options"], timeout=timeout_s)
         if result.timed_out:
             raise NemolaunchError(f"reading vLLM's argument parser took over {timeout_s:.0f} s")
         full = _parse(result, interpreter)
-        atomic_write_text(cache, json.dumps(full))
+        with contextlib.suppress(OSError):  # a cache that cannot be written is read again next time
+            atomic_write_text(cache, json.dumps(full))
     entry = info.get("entry")  # from this run, not the cache: a cache written before it was asked has none
     return EngineSurface(
         str(full["version"]),
@@ -41,8 +43,23 @@ def engine_surface(interpreter: Interpreter, timeout_s: float = 180.0) -> Engine
     )
 
 
-def _parse(result: ChildResult, interpreter: Interpreter) -> dict[str, object]:
-    info: dict[str, object] | None = result.json()
+def _cached(path: Path) -> dict[str, Any] | None:
+    """A surface cached earlier; None when there is none or it is unreadable or of another shape (then it is read
+    from vLLM again and rewritten)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(doc, dict) and isinstance(doc.get("version"), str)
+    lists = ok and all(isinstance(doc.get(k), list) and all(isinstance(v, str) for v in doc[k]) for k in LISTS)
+    return doc if lists else None
+
+
+LISTS = ("options", "env_vars")
+
+
+def _parse(result: ChildResult, interpreter: Interpreter) -> dict[str, Any]:
+    info: dict[str, Any] | None = result.json()
     if info is None:
         raise NemolaunchError(f"cannot inspect vLLM in {interpreter.describe()}: {result.last_error()}")
     if info.get("error") or not info.get("version"):

@@ -268,3 +268,21 @@ def test_a_busy_port_is_one_line_and_leaves_no_empty_log(
         "--port or stop what holds it"
     )
     assert not (tmp_path / "nemolaunch-logs").exists()
+
+
+def test_a_corrupt_parser_cache_is_read_again_not_an_internal_error(
+    fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"")
+    argv = ["serve", "--profile", "cpu", "--model", str(tmp_path / "m"), "--python", str(fake_engine_python)]
+    assert main([*argv, "--dry-run"]) == 0
+    caches = list((tmp_path / "cache" / "nemolaunch" / "surface").glob("*.json"))
+    assert len(caches) == 1
+    for text in ("{not json", '{"version": "0.32.0", "options": 7}'):
+        caches[0].write_text(text)
+        assert main([*argv, "--dry-run"]) == 0
+        assert json.loads(caches[0].read_text())["version"] == "0.32.0"
+    assert "internal error" not in capsys.readouterr().err
