@@ -52,13 +52,22 @@ def render_text(findings: list[Finding], lines: int, name: str) -> str:
     if not findings:
         return f"{name}: {lines} lines, no known failure found"
     out = [f"{name}: {lines} lines, {len(findings)} finding(s)"]
+    # what vLLM and its libraries warned about, and nothing more is known of: one line each, after the rest
+    notes = [f for f in findings if f.origin == "index" and f.severity == "info"]
     for f in findings:
+        if f in notes:
+            continue
         out.append(f"\n[{f.severity}] {f.rule.title}  ({f.rule.id}, {f.count} line(s))")
         out += [f"  line {n}: {t}" for n, t in f.evidence]
-        if f.stage is not None or f.rule.id == "root-error":
+        if f.stage is not None or (f.origin == "fallback" and f.severity == "error"):
             out.append(f"  stage: {f.stage or 'start-up (before loading weights)'}")
+        if f.site is not None:
+            out.append(f"  raised by: {f.site.where()}" + (f" when {f.site.guard}" if f.site.guard else ""))
         out.append(f"  cause: {f.rule.cause}")
         out.append(f"  fix:   {f.fix()}")
         if f.rule.avoid:
             out.append(f"  profile: {f.rule.avoid}")
+    if notes:
+        out.append("\nalso logged (warnings of the installed packages, from their sources):")
+        out += [f"  line {f.first_line}: {f.rule.title}" for f in notes]
     return "\n".join(out)

@@ -203,7 +203,9 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
         found = [f for f in found if not f.rule.generic]
     else:
         root = _root_finding(trace, stop if stop is not None else 1 << 62)
-        if root:
+        # a root line a specific finding already names (a refused request, a warning) needs no second word
+        named = {n for f in found if not f.rule.generic and f.severity != Severity.INFO for n, _ in f.evidence}
+        if root and root.first_line not in named:
             found.append(root)
     if trace.stop:
         stopped = Finding(STOPPED, Severity.INFO, 1, [trace.stop], origin=FALLBACK)

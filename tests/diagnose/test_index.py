@@ -42,6 +42,11 @@ def load(path):
     logger.warning("Casting %s to %s: the checkpoint's dtype is not supported here.", "bfloat16", "float16")
     logger.error("Worker failed to load weights from %s", path)
 """
+SERVING = """
+def check_length(request, max_model_len):
+    if request.max_tokens + request.prompt_len > max_model_len:
+        raise ValueError(f"This request asks for {request.max_tokens} tokens beyond the context of {max_model_len}.")
+"""
 ARG_UTILS = """
 class EngineArgs:
     gpu_memory_utilization: float = 0.9
@@ -57,6 +62,7 @@ NO_BLOCKS = (
 def fake_env(tmp: Path) -> Path:
     """A real venv with a `vllm` 0.99.0 distribution of two source files."""
     files = {"vllm/__init__.py": "", "vllm/engine/arg_utils.py": ARG_UTILS, "vllm/worker.py": SOURCE}
+    files["vllm/entrypoints/openai/serving_chat.py"] = SERVING
     return make_env(tmp, {"vllm": "0.99.0"}, files)
 
 
@@ -83,6 +89,7 @@ def test_the_child_reads_each_kind_of_message(index: TemplateIndex) -> None:
         "No free KV cache blocks for this request (…). Try raising `gpu_memory_utilization` or lowering "
         "`max_model_len`.",
         "The model's max seq len (…) is larger than the KV cache (…).",
+        "This request asks for … tokens beyond the context of ….",
         "Worker failed to load weights from …",
         "model folder … has no config.json",
     ]
@@ -142,6 +149,27 @@ def test_an_error_template_logged_as_a_warning_is_not_an_error(index: TemplateIn
     assert finding["severity"] == "info"
 
 
+def test_a_refused_request_in_a_running_server_is_not_a_failed_server(index: TemplateIndex) -> None:
+    log = (
+        "(APIServer pid=1) INFO:     Application startup complete.\n"
+        "(APIServer pid=1) ERROR 12-03 10:00:09 [serving_chat.py:200] ValueError: This request asks for 9000 tokens "
+        "beyond the context of 4096.\n"
+        '(APIServer pid=1) INFO:     127.0.0.1:50416 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
+    )
+    (finding,) = diagnose_text(log, index=index)
+    assert finding["severity"] == "warning"
+    assert finding["title"] == (
+        "A request was refused; the server kept serving: ValueError: This request asks for … tokens beyond the "
+        "context of …."
+    )
+
+
+def test_the_same_error_before_serving_is_a_failure(index: TemplateIndex) -> None:
+    log = "ERROR 12-03 10:00:09 [serving_chat.py:200] ValueError: This request asks for 9000 tokens beyond the "
+    (finding,) = diagnose_text(log + "context of 4096.\n", index=index)
+    assert finding["severity"] == "error"
+
+
 def test_the_cache_follows_the_package_versions(tmp_path: Path) -> None:
     fake_vllm = fake_env(tmp_path)
     first = load_index(fake_vllm)[1]
@@ -160,7 +188,7 @@ def test_cli_uses_the_engine_index(fake_vllm: Path, tmp_path: Path, capsys: pyte
     log.write_text("ERROR 12-03 10:00:00 [worker.py:9] AssertionError: model folder /m/x has no config.json\n")
     assert main(["diagnose", str(log), "--python", str(fake_vllm), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["index"]["packages"] == {"vllm": "0.99.0"} and doc["index"]["templates"] == 5
+    assert doc["index"]["packages"] == {"vllm": "0.99.0"} and doc["index"]["templates"] == 6
     (finding,) = doc["findings"]
     assert (finding["id"], finding["origin"]) == ("raised:vllm/worker.py:load", "index")
 

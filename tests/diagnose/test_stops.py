@@ -104,8 +104,10 @@ def _nemolaunch(*args: str) -> list[str]:
     return [sys.executable, "-m", "launcher", *args]
 
 
-def _errors_in(log: Path) -> list[str]:
-    r = subprocess.run(_nemolaunch("diagnose", str(log), "--json"), capture_output=True, text=True, timeout=300)
+def _errors_in(log: Path, engine_python: Path) -> list[str]:
+    """The error findings of `nemolaunch diagnose` on log, with the message index of the engine that wrote it."""
+    argv = _nemolaunch("diagnose", str(log), "--json", "--python", str(engine_python))
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     findings = json.loads(r.stdout)["findings"]
     errors = [f"{f['id']}: {f['evidence']}" for f in findings if f["severity"] == "error"]
     assert (r.returncode == 0) == (not errors), r.stderr
@@ -121,7 +123,7 @@ def test_serve_smoke_log_diagnoses_clean(engine_python: Path, tiny_model: Path, 
     )  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert _errors_in(log) == []
+    assert _errors_in(log, engine_python) == []
 
 
 @pytest.mark.engine
@@ -133,7 +135,7 @@ def test_bench_server_log_diagnoses_clean(engine_python: Path, tiny_model: Path,
     )  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    assert _errors_in(out / "server.log") == []
+    assert _errors_in(out / "server.log", engine_python) == []
 
 
 @pytest.mark.engine
@@ -180,4 +182,4 @@ def test_sigterm_while_streaming_diagnoses_as_a_stop(engine_python: Path, tiny_m
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err.read_text()
-    assert _errors_in(log) == []
+    assert _errors_in(log, engine_python) == []
