@@ -71,9 +71,14 @@ def load_index(
     packages = {name: version for name, (_, version) in (sources or {}).items()} or _versions(python)
     if not packages:
         raise IndexUnavailable(f"{python} has none of the packages the index reads (vllm, torch, ...)")
-    path = cache_dir("diagnose") / f"index-{_key(python, packages, args)}.json"
+    # one index per interpreter and set of folders: a rebuild replaces the one an upgrade made stale
+    folders = sorted((name, str(folder)) for name, (folder, _) in (sources or {}).items())
+    owner = hashlib.sha256(json.dumps([python, folders]).encode()).hexdigest()[:8]
+    path = cache_dir("diagnose") / f"index-{owner}-{_key(python, packages, args)}.json"
     build_s = None
     if refresh or not path.is_file():
+        for stale in path.parent.glob(f"index-{owner}-*.json"):
+            stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.child")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -181,6 +181,7 @@ def test_the_cache_follows_the_package_versions(tmp_path: Path) -> None:
     meta.write_text(meta.read_text().replace("0.99.0", "0.99.1"))
     upgraded = load_index(fake_vllm)[1]
     assert upgraded.packages == {"vllm": "0.99.1"} and upgraded.path != first.path and not upgraded.cached
+    assert not first.path.exists()  # the stale index went with the upgrade
 
 
 def test_cli_uses_the_engine_index(fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
