@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.diagnose.index import load_index  # noqa: E402
+from launcher.diagnose.index import IndexUnavailable, load_index  # noqa: E402
 from launcher.diagnose.rules import load_rules  # noqa: E402
 from launcher.diagnose.run import diagnose_blocks  # noqa: E402
 
@@ -44,7 +44,10 @@ def main() -> None:
     args = parser.parse_args()
 
     rules = load_rules()
-    index = load_index(args.python)[0] if args.python else None
+    try:
+        index = load_index(args.python)[0] if args.python else None
+    except IndexUnavailable as e:
+        sys.exit(f"diagnose_recall: {e}")
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
     if args.holdout or args.dev:
         held = set(json.loads((FIXTURES / "fresh-holdout-2026-12-03.json").read_text())["holdout_threads"])
