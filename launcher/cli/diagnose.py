@@ -37,7 +37,11 @@ def diagnose(logfile: str, gpu: str | None, python: Path | None, as_json: bool) 
     family = family_from_text(gpu) if gpu else None
     if gpu and not family:
         raise BadInput(f"--gpu {gpu!r} names no GPU family I know", "write it like SM120, sm_121, 12.0 or GB10")
-    diagnosis = stage.diagnose_file(logfile, sys.stdin.buffer, family, python)
+
+    def say(line: str) -> None:
+        click.echo(f"nemolaunch: {line}", err=True)
+
+    diagnosis = stage.diagnose_file(logfile, sys.stdin.buffer, family, python, on_build=say)
     findings, lines = diagnosis.findings, diagnosis.lines
     if as_json:
         index = diagnosis.index.to_json() if diagnosis.index else None
@@ -45,6 +49,11 @@ def diagnose(logfile: str, gpu: str | None, python: Path | None, as_json: bool) 
         click.echo(json_document("diagnose", {**doc, "findings": [f.to_json() for f in findings]}))
     else:
         click.echo(render_text(findings, lines, "stdin" if logfile == "-" else logfile))
+        if diagnosis.index is not None:
+            packages = ", ".join(f"{name} {version}" for name, version in diagnosis.index.packages.items())
+            click.echo(f"\nmessage index: {diagnosis.index.templates} messages of {packages}")
+        else:
+            click.echo(f"\nmessage index: none ({diagnosis.index_note}); --python names the engine's interpreter")
     return stage.exit_code(findings)
 
 

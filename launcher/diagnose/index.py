@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,10 @@ def _versions(python: str) -> dict[str, str]:
 
 
 def load_index(
-    python: str | os.PathLike[str], sources: dict[str, tuple[Path, str]] | None = None, refresh: bool = False
+    python: str | os.PathLike[str],
+    sources: dict[str, tuple[Path, str]] | None = None,
+    refresh: bool = False,
+    on_build: Callable[[str], None] | None = None,
 ) -> tuple[TemplateIndex, IndexInfo]:
     """The index of what `python` has installed (or of `sources`: {package: (folder, version)}, an unpacked
     wheel of another version), from the cache when its packages have not changed since it was built."""
@@ -79,6 +83,9 @@ def load_index(
     if refresh or not path.is_file():
         for stale in path.parent.glob(f"index-{owner}-*.json"):
             stale.unlink(missing_ok=True)
+        if on_build is not None:
+            listed = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
+            on_build(f"reading the messages of {listed} (once per set of versions; up to a minute or two)")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.child")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

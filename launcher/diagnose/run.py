@@ -8,7 +8,7 @@ runs inside `serve` on the live log, one line at a time.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO
 
@@ -31,7 +31,9 @@ class Diagnosis:
     index_note: str | None  # why there was none
 
 
-def message_index(python: str | os.PathLike[str] | None) -> tuple[TemplateIndex | None, IndexInfo | None, str | None]:
+def message_index(
+    python: str | os.PathLike[str] | None, on_build: Callable[[str], None] | None = None
+) -> tuple[TemplateIndex | None, IndexInfo | None, str | None]:
     """The index of the engine's interpreter (None: this one), or why there is none."""
     from pathlib import Path
 
@@ -39,7 +41,7 @@ def message_index(python: str | os.PathLike[str] | None) -> tuple[TemplateIndex 
 
     interpreter = resolve_python(None if python is None else Path(python))
     try:
-        index, info = load_index(interpreter.path)
+        index, info = load_index(interpreter.path, on_build=on_build)
     except IndexUnavailable as e:
         return None, None, str(e)
     return index, info, None
@@ -63,8 +65,11 @@ def diagnose_file(
     gpu_family: str | None = None,
     python: str | os.PathLike[str] | None = None,
     use_index: bool = True,
+    on_build: Callable[[str], None] | None = None,
 ) -> Diagnosis:
-    index, info, note = message_index(python) if use_index else (None, None, "not asked for")
+    """Diagnose a log file (or stdin: "-"), with the message index of `python`'s packages unless use_index is off;
+    on_build hears when that index has to be built first."""
+    index, info, note = message_index(python, on_build) if use_index else (None, None, "not asked for")
     try:
         if path == "-":
             findings, lines = diagnose_blocks(read_blocks(stdin, "stdin"), gpu_family, index=index)
