@@ -137,3 +137,22 @@ def test_a_sweep_puts_back_the_handlers_it_found(tmp_path: Path) -> None:
         run(dataclasses.replace(config, url=url), tmp_path / "r", None, lambda _: None)
         found = {sig: signal.getsignal(sig) for sig in lifetime.SIGNALS}
     assert found == {signal.SIGTERM: lifetime._raise_once, signal.SIGHUP: lifetime._raise_once}
+
+
+@pytest.mark.engine
+def test_real_vllm_dies_with_a_killed_serve(engine_python: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """The real CPU engine: an API server and its engine core (a grandchild, in the server's process group). After
+    SIGKILL of nemolaunch, none of its processes is left once the watchdog's grace has passed."""
+    log = tmp_path / "serve.log"
+    args = ["serve", "--profile", "cpu", "--model", str(tiny_model), "--python", str(engine_python)]
+    proc = nemolaunch(tmp_path, *args, "--port", str(free_port()), "--log-file", str(log), "--quiet")
+    try:
+        wait_line(proc)
+        family = [p for p in psutil.Process(proc.pid).children(recursive=True) if "watchdog.py" not in p.cmdline()]
+        assert len(family) >= 2, family  # the API server and the engine core at least
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
