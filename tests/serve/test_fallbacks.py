@@ -166,3 +166,23 @@ def test_serve_says_each_fallback_when_serving(tmp_path: Path) -> None:
         "fallback: CUDA graphs off; fix: cuda_graphs = true in the profile (log line 14)"
     )  # the log's first line is serve's header
     assert len(named) == 2
+
+
+def test_the_h200_super_start_names_every_fallback_it_took() -> None:
+    """The full start of Nemotron 3 Super's shape with profiles/sm120.toml on the H200 (vLLM 0.26.0, 2026-12-03,
+    benchmarks/gpu_nemotron.sh): every fallback in it is named, the profile's own choices are marked as asked, and
+    the default FULL-decode / PIECEWISE-mixed graphs are not a fallback."""
+    profile = load_profile("sm120")
+    log = (LOGS / "h200-vllm026-nemotron-super-sm120-2026-12-03.log").read_text()
+    found = fallbacks.detect(log, profile.settings, profile.env)
+    assert [(f.kind, f.line_no, f.asked) for f in found] == [
+        ("fp4-emulation", 32, False),
+        ("fp4-emulation", 33, True),
+        ("attention", 34, True),
+        ("fp4-emulation", 35, False),
+        ("autotune", 64, False),
+    ]
+    assert found[0].what == (
+        "NVFP4 linear layers on MarlinNvFp4LinearKernel, not FlashInferCuteDslNvFp4LinearKernel: Marlin runs FP4"
+        " weights as W4A16: they are dequantized to BF16 in the kernel, no FP4 tensor cores are used"
+    )
