@@ -36,7 +36,14 @@ def read_model_config(path: Path) -> dict[str, Any]:
     text = doc.get("text_config")
     if text is not None and not isinstance(text, dict):
         raise ConfigError(f"{file}: text_config must be an object, not {json.dumps(text)[:40]}")
-    return {**doc, **(text or {})}
+    return merged(doc)
+
+
+def merged(config: dict[str, Any]) -> dict[str, Any]:
+    """The one rule for a multimodal config: text_config's values over the top level's (a config already merged,
+    or one without text_config, comes back as it is)."""
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
 
 
 def size(config: dict[str, Any], key: str, path: Path, limit: int = 1 << 31) -> int | None:

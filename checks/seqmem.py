@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from checks.model_config import merged
+
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "fp8": 1}
 
 
@@ -44,7 +46,7 @@ def _int(config: dict[str, Any], key: str, default: int) -> int:
 
 def sequence_memory(config: dict[str, Any]) -> SequenceMemory | None:
     """From a config.json; None when it lacks the attention fields (or holds latent attention, not sized here)."""
-    config = {**config, **(config.get("text_config") or {})}
+    config = merged(config)
     hidden, heads = _int(config, "hidden_size", 0), _int(config, "num_attention_heads", 0)
     if not hidden or not heads or "kv_lora_rank" in config:
         return None

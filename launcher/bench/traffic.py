@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from checks.model_config import merged
 from checks.seqmem import sequence_memory
 from launcher.model.quant import Quantization
 
@@ -116,7 +117,7 @@ def _int(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
 def model_traffic(config: dict[str, Any]) -> ModelTraffic:
     """From a Hugging Face config.json: a NemotronH hybrid (hybrid_override_pattern), or a Llama/Qwen/Mixtral-style
     decoder (gated MLPs, GQA attention)."""
-    config = {**config, **(config.get("text_config") or {})}
+    config = merged(config)
     if "kv_lora_rank" in config:
         raise RooflineError("multi-head latent attention (DeepSeek-style) is not modelled")
     if "hybrid_override_pattern" in config:

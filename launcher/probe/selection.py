@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checks.model_config import ConfigError, read_model_config
 from launcher.errors import BadInput
 from launcher.model import quant as storage
 from launcher.probe import chains as chain_table
@@ -55,17 +56,11 @@ class Layer:
 
 
 def read_config(model: Path) -> dict[str, Any]:
-    """A model's config.json (its text_config for multimodal models)."""
+    """A model's config.json, merged as every stage merges it (checks.model_config)."""
     try:
-        cfg = json.loads((model / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BadInput(f"cannot read layer shapes from {model}/config.json: {e}", "give a model folder") from None
-    if not isinstance(cfg, dict):
-        raise BadInput(f"{model}/config.json is not a JSON object", "give a model folder")
-    text = cfg.get("text_config")
-    if isinstance(text, dict):  # the quantization of a multimodal model is kept at the top level
-        return {**text, **{k: cfg[k] for k in ("quantization_config",) if k in cfg and k not in text}}
-    return cfg
+        return read_model_config(model)
+    except ConfigError as e:
+        raise BadInput(str(e), "give a model folder") from None
 
 
 def model_layer(model: Path, online: str | None = None) -> Layer:

@@ -399,4 +399,4 @@ def test_model_shapes_come_from_its_config(
 def test_a_model_without_a_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"nemolaunch: cannot read layer shapes from {tmp_path}/config.json")
+    assert err == [f"nemolaunch: cannot read {tmp_path}/config.json: No such file or directory; give a model folder"]
