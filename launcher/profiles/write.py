@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from checks.memory import SEED_CAPTURE, UTILIZATION
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
 from launcher.profiles.profile import EAGER_COST, ServingProfile, parse_profile
@@ -200,11 +201,10 @@ def memory_setting(doctor: dict[str, Any]) -> tuple[float, str] | None:
         return None
     total = gpus[0]["memory_total_mib"] / 1024
     headroom = max(MIN_HEADROOM_GIB, min(MAX_HEADROOM_GIB, 0.15 * total))
-    util = min(0.9, int((1 - headroom / total) * 100) / 100)
+    util = min(UTILIZATION, int((1 - headroom / total) * 100) / 100)
     return util, (
         f"{gpus[0]['name']} has {total:.0f} GiB; {util} leaves {total * (1 - util):.1f} GiB outside vLLM's "
-        "budget for CUDA-graph capture and workspace (the seed: 0.9 ran out of memory in capture on "
-        f"96 GB, 0.85 fit) ({doctor['_path']})"
+        f"budget for CUDA-graph capture and workspace ({SEED_CAPTURE}) ({doctor['_path']})"
     )
 
 
