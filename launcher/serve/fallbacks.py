@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.profiles.write import MOE_FLAG
+
 if TYPE_CHECKING:
     from launcher.profiles.profile import ServingProfile
 
@@ -37,19 +39,8 @@ _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", '"': "'"})
 
 # MoE candidates vLLM prints on every platform; those run only off CUDA (ROCm, Intel, CPU) are not CUDA's first.
 _NOT_CUDA = {"AITER", "XPU", "CPU", "HPC", "FLYDSL"}
-# MoE backend names as the log prints them -> the profile's moe_backend (vLLM's --moe-backend).
-_MOE_FLAG = {
-    "TRITON": "triton",
-    "DEEPGEMM": "deep_gemm",
-    "VLLM_CUTLASS": "cutlass",
-    "FLASHINFER_TRTLLM": "flashinfer_trtllm",
-    "FLASHINFER_CUTLASS": "flashinfer_cutlass",
-    "FLASHINFER_CUTEDSL": "flashinfer_cutedsl",
-    "FLASHINFER_B12X": "flashinfer_b12x",
-    "MARLIN": "marlin",
-    "HUMMING": "humming",
-    "EMULATION": "emulation",
-}
+# MoE backend names as the log prints them -> the profile's moe_backend (vLLM's --moe-backend), every MoE chain's
+_MOE_FLAG = {name: flag for chain in MOE_FLAG.values() for name, flag in chain.items()}
 # Linear kernel chains on CUDA, in vLLM 0.26's priority order, each kernel with its --linear-backend value.
 _LINEAR_CHAINS: dict[str, list[tuple[str, str]]] = {
     "FP8": [
