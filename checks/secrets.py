@@ -19,7 +19,10 @@ API_KEY_VARIABLES = ("NEMOLAUNCH_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|AUTH|CREDENTIAL|COOKIE|SESSION|PRIVATE|SIGNATURE", re.IGNORECASE)
 # a name that contains a secret word but names no secret: keep these readable
-_NOT_SECRET_NAME = re.compile(r"^(VLLM_)?(KEY_?VALUE|KV_?CACHE\w*|MAX_?TOKENS?\w*|\w*TOKENIZER\w*|PASSTHROUGH)$", re.I)
+# (ab's "passes" and "warmup_passes" are bench passes, not passwords)
+_NOT_SECRET_NAME = re.compile(
+    r"^(VLLM_)?(KEY_?VALUE|KV_?CACHE\w*|MAX_?TOKENS?\w*|\w*TOKENIZER\w*|PASSTHROUGH|\w*PASSES)$", re.I
+)
 # a count of text tokens (mean_prompt_tokens, total_output_tokens, num_tokens): a number under such a name is no
 # secret, and masking it broke the documents' numbers (bench's mean_prompt_tokens read "<redacted>" on the H200)
 _TOKEN_COUNT_NAME = re.compile(r"TOKENS|TOKEN_?COUNT|NUM_?TOKEN", re.IGNORECASE)

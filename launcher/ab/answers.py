@@ -58,7 +58,7 @@ def agreement(base: list[list[int]], other: list[list[int]]) -> AgreementDoc:
     return {
         "prompts": len(first),
         "identical": sum(1 for d in first if d is None),
-        "token_agreement": round(same / total, 4) if total else None,
+        "agreement": round(same / total, 4) if total else None,
         "first_divergence": first,
         "error": None,
     }
@@ -84,7 +84,7 @@ def compare_answers(base_argv: list[str], asked: bool, base: Answers, others: di
     for name, (tokens, error) in others.items():
         why = error or base[1]
         if why:
-            doc["sides"][name] = {"prompts": 0, "identical": 0, "token_agreement": None, "first_divergence": [],
+            doc["sides"][name] = {"prompts": 0, "identical": 0, "agreement": None, "first_divergence": [],
                                   "error": why}  # fmt: skip
         elif tokens is not None and base[0] is not None:
             doc["sides"][name] = agreement(base[0], tokens)

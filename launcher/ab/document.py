@@ -12,8 +12,8 @@ from typing import Any, Literal, TypedDict
 
 from launcher.documents import Reader, read_json
 
-AB_SCHEMA = "nemolaunch.ab/2"
-TUNE_SCHEMA = "nemolaunch.tune/2"
+AB_SCHEMA = "nemolaunch.ab/3"
+TUNE_SCHEMA = "nemolaunch.tune/3"
 SideStatus = Literal["pending", "ok", "infeasible", "died"]
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 Kind = Literal["better", "worse", "equivalent", "inconclusive", "insufficient", "noise"]
@@ -26,10 +26,11 @@ class WorkloadDoc(TypedDict):
     concurrency: list[int]
     input_len: int
     output_len: int
-    num_prompts: int | None
-    warmup_requests: int
-    warmup_passes: int
-    rounds_asked: int
+    num_prompts: int | None  # distinct prompts per pass (cycled through the window); None: bench's 4 x concurrency
+    window_s: float  # the steady window each pass aims for
+    warmup_passes: int  # the most unmeasured passes per server start and level
+    rounds_asked: int  # the most rounds
+    budget_min: float | None
     seed: int
 
 
@@ -45,10 +46,39 @@ class SideDoc(TypedDict):
     answers_error: str | None
 
 
+class WindowDoc(TypedDict):
+    start_s: float
+    end_s: float
+    ramp_s: float
+    drain_s: float
+    in_flight: float
+    requests: int
+    tok_s: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    latency_s: float
+    short: str | None
+
+
 class PassDoc(TypedDict):
     side: str
+    level: int
     folder: str  # relative to the run's folder
     status: str  # bench's status: complete, interrupted, server-died
+    invalid: str | None  # why it is not averaged in
+    window: WindowDoc | None
+    gpu: dict[str, Any]  # NVML during the pass (launcher.ab.guard)
+    prefix_reset: str  # "reset", or why not
+    seconds: float
+
+
+class WarmupDoc(TypedDict):
+    side: str
+    start: int  # the side's n-th server start
+    level: int
+    passes: int
+    settled: bool  # throughput stopped drifting (CoV of the last bins under the limit) within the passes allowed
+    cov: float | None
 
 
 class RoundDoc(TypedDict):
@@ -58,38 +88,42 @@ class RoundDoc(TypedDict):
     means: dict[str, dict[str, dict[str, float] | None]]  # side -> level -> metric -> the block's mean
 
 
-class InvalidPassDoc(TypedDict):
-    round: int
-    side: str
-    folder: str
-    concurrency: int
-    reason: str
-
-
 class VerdictDoc(TypedDict):
     """One side against the baseline, one level, one metric: the numbers a sentence is rendered from."""
 
     metric: str
     kind: Kind
-    n: int
+    n: int  # rounds
     mean: float | None  # ratio B/A (1.05 = +5%)
-    lo: float | None
+    lo: float | None  # the interval at `level`
     hi: float | None
-    margin: float
+    level: float  # the two-sided level of the interval (Pocock's for the planned looks, split over the comparisons)
+    threshold: float
+    noise: float | None  # the measured per-round log-ratio spread it was pooled with; None: not measured
+    noise_source: str | None
+    sd: float | None  # the spread the interval used
     more_rounds: int | None
     ratios: list[float]  # the raw per-round ratios
+    headline: bool  # the one judged comparison per side; the rest are exploratory
+    dropped: list[str]  # passes left out of this level, with the reason
+
+
+class LevelNoise(TypedDict):
+    sd: float
+    df: int
+    bias: float
 
 
 class NoiseDoc(TypedDict):
     source: str
     measured: bool
-    levels: dict[str, dict[str, float | None]]
+    levels: dict[str, dict[str, LevelNoise | None]]
 
 
 class AgreementDoc(TypedDict):
     prompts: int
     identical: int
-    token_agreement: float | None
+    agreement: float | None  # the share of token positions where both answers agree
     first_divergence: list[int | None]
     error: str | None  # why the answers were not compared
 
@@ -114,10 +148,15 @@ class AbDocument(TypedDict):
     baseline: str
     calibration_side: str | None
     workload: WorkloadDoc
+    threshold: float
+    headline_level: int
+    planned_rounds: int | None  # fixed at the first look (the budget and the pass times decide it)
+    windows: dict[str, float]  # level -> seconds each measured pass holds the load
+    stopped_by: str | None
     sides: list[SideDoc]
+    warmups: list[WarmupDoc]
     rounds: list[RoundDoc]
-    invalid_passes: list[InvalidPassDoc]
-    noise_floor: NoiseDoc
+    noise: NoiseDoc
     verdicts: dict[str, dict[str, dict[str, VerdictDoc]]]  # side -> level -> metric
     answers: AnswersDoc
 
@@ -154,8 +193,7 @@ class TuneDocument(TypedDict):
     trials: list[TrialDoc]
     final: FinalDoc | None
     winner: str | None  # None: no final measured a choice
-    winners_by_level: dict[str, str]
-    load_notes: list[str]
+    decision: str  # why the winner, or why no profile
     not_tested: list[str]
     profile: str | None
 
@@ -176,7 +214,9 @@ def _verdict(r: Reader, v: Any, at: str) -> None:
     r.integer(r.get(v, "n", f"{at}."), f"{at}.n", least=0)
     for key in ("mean", "lo", "hi"):
         r.number(r.get(v, key, f"{at}."), f"{at}.{key}", positive=True)
-    r.number(r.get(v, "margin", f"{at}."), f"{at}.margin", optional=False)
+    r.number(r.get(v, "level", f"{at}."), f"{at}.level", positive=True, optional=False)
+    r.number(r.get(v, "threshold", f"{at}."), f"{at}.threshold", optional=False)
+    r.number(r.get(v, "noise", f"{at}."), f"{at}.noise")
     r.integer(r.get(v, "more_rounds", f"{at}."), f"{at}.more_rounds", least=1, optional=True)
     for i, ratio in enumerate(r.array(r.get(v, "ratios", f"{at}."), f"{at}.ratios")):
         r.number(ratio, f"{at}.ratios[{i}]", positive=True, optional=False)
@@ -212,12 +252,23 @@ def validate_ab(doc: dict[str, Any], path: Path) -> AbDocument:
                 if metrics is not None:
                     for m, value in r.table(metrics, f"{at}.means.{name}.{c}").items():
                         r.number(value, f"{at}.means.{name}.{c}.{m}", positive=True, optional=False)
-    r.array(r.get(doc, "invalid_passes", ""), "invalid_passes")
-    noise = r.table(r.get(doc, "noise_floor", ""), "noise_floor")
-    r.text(r.get(noise, "source", "noise_floor."), "noise_floor.source")
-    for c, metrics in r.table(r.get(noise, "levels", "noise_floor."), "noise_floor.levels").items():
-        for m, value in r.table(metrics, f"noise_floor.levels.{c}").items():
-            r.number(value, f"noise_floor.levels.{c}.{m}")
+        for j, p in enumerate(r.array(r.get(rnd, "passes", f"{at}."), f"{at}.passes")):
+            r.table(p, f"{at}.passes[{j}]")
+            r.integer(r.get(p, "level", f"{at}.passes[{j}]."), f"{at}.passes[{j}].level", least=1)
+            r.text(r.get(p, "invalid", f"{at}.passes[{j}]."), f"{at}.passes[{j}].invalid", optional=True)
+    r.number(r.get(doc, "threshold", ""), "threshold", optional=False)
+    r.integer(r.get(doc, "planned_rounds", ""), "planned_rounds", least=1, optional=True)
+    r.array(r.get(doc, "warmups", ""), "warmups")
+    for c, seconds in r.table(r.get(doc, "windows", ""), "windows").items():
+        r.number(seconds, f"windows.{c}", positive=True, optional=False)
+    noise = r.table(r.get(doc, "noise", ""), "noise")
+    r.text(r.get(noise, "source", "noise."), "noise.source")
+    for c, metrics in r.table(r.get(noise, "levels", "noise."), "noise.levels").items():
+        for m, value in r.table(metrics, f"noise.levels.{c}").items():
+            if value is not None:
+                r.table(value, f"noise.levels.{c}.{m}")
+                r.number(r.get(value, "sd", f"noise.levels.{c}.{m}."), f"noise.levels.{c}.{m}.sd", optional=False)
+                r.integer(r.get(value, "df", f"noise.levels.{c}.{m}."), f"noise.levels.{c}.{m}.df", least=1)
     for name, levels in r.table(r.get(doc, "verdicts", ""), "verdicts").items():
         for c, metrics in r.table(levels, f"verdicts.{name}").items():
             for m, v in r.table(metrics, f"verdicts.{name}.{c}").items():
@@ -268,6 +319,7 @@ def read_tune(path: Path) -> TuneDocument:
     r.text(r.get(doc, "profile", ""), "profile", optional=True)
     for i, t in enumerate(r.array(r.get(doc, "trials", ""), "trials")):
         _trial(r, t, f"trials[{i}]")
-    for key in ("considered_not_tried", "load_notes", "not_tested"):
+    r.text(r.get(doc, "decision", ""), "decision")
+    for key in ("considered_not_tried", "not_tested"):
         _text_list(r, r.get(doc, key, ""), key)
     return doc  # type: ignore[return-value]

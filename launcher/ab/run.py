@@ -1,38 +1,46 @@
-"""`nemolaunch ab`: is configuration B faster than A on this machine? Interleaved, order-balanced bench passes on
-the same model and prompts, a verdict per level against the measured noise, and whether both give the same answers.
+"""`nemolaunch ab`: is configuration B faster than A on this machine? Interleaved, order-balanced passes of the
+same workload, one judged headline per side against the measured noise and a threshold, and whether both give the
+same answers.
 
-A round is one balanced block: A B B A (A B C C B A for more sides; the next round starts from the other end),
-so linear drift cancels inside every round and each round gives one paired ratio per side, level and metric.
-Every pass is a normal bench run in its own folder (compare reads it). Servers are co-resident by default (each
-its own share of memory, started once, the idle one doing no work), or restarted per block. A side whose server
-cannot start is a result: infeasible, with nemolaunch's diagnosis of its log.
+A round is, at each level, one balanced block: A B B A (A B C C B A for more sides; the next round starts from
+the other end), so linear drift cancels inside the block and each round gives one paired ratio per side, level
+and metric. Every pass is a bench run at one level (compare reads it) that holds the concurrency for a steady
+window; ramp-up and drain are recorded, not averaged in. Before each pass the server's prefix cache is emptied,
+and NVML and the server's log say whether the machine measured something else meanwhile (launcher.ab.guard).
+Each server start is warmed up with prompts the passes never send, until its throughput stops drifting.
+
+After every round from the second, the headline (output tok/s at the headline level) is judged at Pocock's level
+for the planned rounds; the run stops as soon as every side's headline is decided, when the planned rounds are
+done, or when the budget cannot hold another round, and says which.
+
+Servers are co-resident by default (each its own share of memory, started together, the idle one doing no work),
+or restarted per block. A side whose server cannot start is a result: infeasible, with the diagnosis of its log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.ab import calibration
 from launcher.ab.answers import greedy_answers
 from launcher.ab.config import AbConfig
 from launcher.ab.document import AbDocument, RoundDoc, read_ab
-from launcher.ab.passes import METRICS, PassResult, pass_result
+from launcher.ab.measure import ServerDied, Values, measure
+from launcher.ab.passes import METRICS
 from launcher.ab.report import sentence, write_report
 from launcher.ab.servers import ServerPool, StartFailed, Up
-from launcher.ab.sides import choose_mode, dummy_weights, is_cpu_engine, run_digest
+from launcher.ab.sides import choose_mode, dummy_weights, run_digest
 from launcher.ab.state import AbRun
+from launcher.ab.warmup import size_windows, warm_up
 from launcher.errors import BadInput, ExitCode, NemolaunchError
+from launcher.output import hold
 
 Say = Callable[[str], None]
-# vLLM's CPU engine always runs its worker in a separate process fed through a shared-memory queue whose reader
-# spins (sched_yield) for 1 s after its last read before it sleeps on a socket (vLLM 0.32 shm_broadcast
-# SpinCondition, busy_loop_s=1); idle after that, a co-resident CPU server measured 1.4% CPU. So before a pass on
-# another side than the last one, wait out the idle server's spin: it would otherwise share the 2 cores with the
-# first second of the measured pass. A single-GPU server (vLLM 0.26 'uni' executor) has no such queue: no wait.
-CPU_SETTLE_S = 1.2
 
 
 @dataclass
@@ -48,56 +56,29 @@ def block_order(names: list[str], round_index: int) -> list[str]:
     return forward + forward[::-1]
 
 
-def _bench_pass(run: AbRun, up: Up, folder: Path, side: str) -> PassResult:
-    from launcher import bench
-
-    if run.mode == "co-resident" and run.last_side not in (None, side) and is_cpu_engine(run.profiles[side]):
-        time.sleep(CPU_SETTLE_S)
-    run.last_side = side
-    w = run.cfg.workload
-    cfg = bench.BenchConfig(
-        url=up.url,
-        model=up.served_model,
-        concurrency=w.concurrency,
-        input_len=w.input_len,
-        output_len=w.output_len,
-        num_prompts=w.num_prompts,
-        warmup=w.warmup_requests,
-        label=side,
-        seed=w.seed,
-        api_key=up.api_key,
-    )
-    try:
-        outcome = bench.run(cfg, folder, up.info, lambda m: None)
-    except NemolaunchError as e:
-        if up.alive():
-            raise
-        raise ServerDied(f"the server stopped answering in {folder.relative_to(run.out)} ({e.message})") from None
-    if outcome.code == ExitCode.INTERRUPTED:
-        raise KeyboardInterrupt
-    if not up.alive():
-        raise ServerDied(f"the server died during {folder.relative_to(run.out)}")
-    return pass_result(outcome.summary, folder)
-
-
-class ServerDied(NemolaunchError):
-    """A side's server stopped between or during passes: that side is out of the run (the others go on)."""
-
-
-def _start_all(run: AbRun, pool: ServerPool, names: list[str], say: Say) -> None:
-    """Co-resident: every live side's server started together (in parallel), before the round's first pass."""
-    if pool.mode != "co-resident":
-        return
-    for name, got in pool.start([run.states[n].side for n in names]).items():
-        if isinstance(got, StartFailed):
-            _infeasible(run, name, got, say)
-
-
 def _infeasible(run: AbRun, name: str, e: NemolaunchError, say: Say) -> None:
     st = run.states[name]
     st.status, st.diagnosis = "infeasible", e.message
     say(f"{name}: cannot start: {e.message}")
     run.write()
+
+
+def _died(run: AbRun, pool: ServerPool, name: str, why: str, say: Say) -> None:
+    st = run.states[name]
+    st.status, st.diagnosis = "died", why
+    say(f"{name}: {why}: out of the run")
+    pool.release(name)
+
+
+def _start_all(run: AbRun, pool: ServerPool, say: Say) -> None:
+    """Co-resident: every live side's server started together (in parallel), before the round's first pass."""
+    if pool.mode != "co-resident":
+        return
+    for name, got in pool.start([run.states[n].side for n in run.live_names()]).items():
+        if isinstance(got, StartFailed):
+            _infeasible(run, name, got, say)
+        else:
+            run.fresh.add(name)  # started now: _start records it and warms it up
 
 
 def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
@@ -109,13 +90,10 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
         _infeasible(run, name, e, say)
         return None
     st.status, st.served = "ok", up.info
-    if fresh or name not in run.warmed:  # a server another run started (tune's pool) is warm already
-        if fresh:
-            st.startups_s.append(round(up.startup_s, 1))
-        run.warmed.add(name)
-        start = len(st.startups_s)
-        for k in range(run.cfg.warmup_passes if fresh else 0):
-            _bench_pass(run, up, _pass_folder(run, f"warmup-{name}-{start}-{k + 1}"), name)
+    if fresh or name in run.fresh:  # a server another run started (tune's pool) is warm already
+        run.fresh.discard(name)
+        st.startups_s.append(round(up.startup_s, 1))
+        warm_up(run, pool, up, name, say)
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
             st.answers = greedy_answers(up.url, up.served_model, up.api_key)
@@ -125,44 +103,130 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
     return up
 
 
+def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
+    """One order-balanced block at each level; a side that dies leaves the run, the others go on."""
+    _start_all(run, pool, say)
+    if pool.mode == "co-resident":  # every server up and warm before the first pass: the windows can be sized
+        for name in run.live_names():
+            _start(run, pool, name, say)
+        size_windows(run, say)
+    rnd: RoundDoc = {"index": r + 1, "order": block_order(run.live_names(), r), "passes": [], "means": {}}
+    values: dict[str, dict[int, list[Values]]] = {}  # side -> level -> its passes' values
+    for c in run.cfg.workload.concurrency:
+        for i, name in enumerate(block_order(run.live_names(), r)):
+            if run.states[name].status in ("infeasible", "died"):
+                continue
+            up = _start(run, pool, name, say)
+            if up is None:
+                continue
+            stem = f"r{r + 1}-c{c}-{i + 1}-{name}"
+            try:
+                doc, got = measure(run, pool, up, name, c, stem)
+            except ServerDied as e:
+                _died(run, pool, name, e.message, say)
+                continue
+            rnd["passes"].append(doc)
+            values.setdefault(name, {}).setdefault(c, []).append(got)
+            if doc["status"] == "server-died":
+                _died(run, pool, name, f"the server stopped answering in {doc['folder']}", say)
+    for name, levels in values.items():
+        rnd["means"][name] = {str(c): _block_mean(levels.get(c, [])) for c in run.cfg.workload.concurrency}
+    run.rounds.append(rnd)
+    run.write()
+    judged = run.verdicts()
+    for name in run.compared():
+        v = judged.get(name, {}).get(str(run.cfg.headline), {}).get("output_tok_s")
+        if v is not None:
+            say(f"round {r + 1}: {name} vs {run.base} at c={run.cfg.headline}: {sentence(v, name)}")
+
+
+def _block_mean(got: list[Values]) -> dict[str, float] | None:
+    """A side's value in one round: the mean of its passes in the block. Both must be valid, or the round is not
+    balanced for that level (and is left out)."""
+    if len(got) < 2 or any(g is None for g in got):
+        return None
+    valid = [g for g in got if g is not None]
+    return {m: sum(float(g[m] or 0) for g in valid) / len(valid) for m in METRICS if all(g.get(m) for g in valid)}
+
+
+def _plan(run: AbRun, started: float, round_s: float) -> None:
+    """The rounds planned, fixed before the first look (its boundary depends on them): the most asked, or what
+    the budget holds at the pace of the first round."""
+    if run.planned_rounds is not None:
+        return
+    rounds = run.cfg.rounds
+    if run.cfg.budget_min is not None:
+        left = run.cfg.budget_min * 60 - (time.monotonic() - started)
+        rounds = min(rounds, len(run.rounds) + max(0, math.floor(left / max(round_s, 1e-3))))
+    run.planned_rounds = max(2, rounds)
+
+
+def _rounds(run: AbRun, pool: ServerPool, say: Say) -> None:
+    started = time.monotonic()
+    while len(run.rounds) < (run.planned_rounds or run.cfg.rounds):
+        before = time.monotonic()
+        _one_round(run, pool, len(run.rounds), say)
+        round_s = time.monotonic() - before
+        _plan(run, started, round_s)
+        if run.states[run.base].status != "ok" or len(run.live_names()) < 2:
+            run.stopped_by = "too few sides left to compare"
+            return
+        n = len(run.rounds)
+        if n >= 2 and run.decided():
+            run.stopped_by = f"decided after round {n}: every headline cleared the threshold or fell within it"
+            return
+        if run.cfg.budget_min is not None and n < (run.planned_rounds or 0):
+            left = run.cfg.budget_min * 60 - (time.monotonic() - started)
+            if left < round_s:
+                run.stopped_by = f"budget: another round takes about {round_s:.0f} s, {max(0, left):.0f} s left"
+                return
+    run.stopped_by = f"the {len(run.rounds)} planned rounds are done"
+
+
 def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -> AbOutcome:
-    """The whole ab run. Ctrl-C or SIGTERM: the round under way is dropped, the completed ones are kept and
+    """The whole ab run. Ctrl-C, SIGTERM or SIGHUP: the round under way is dropped, the completed ones are kept and
     judged, servers are stopped; exit 130."""
     from launcher.serve.lifetime import interrupts
 
     check_workload(cfg)
     digest = run_digest(cfg)
-    previous = _previous_run(cfg, out, digest)
     mode, reason = choose_mode(cfg.mode, cfg.sides)
-    run = AbRun(cfg, out, mode, reason, digest)
     own_pool = pool is None
-    pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
-    pool.preflight(st.side for st in run.states.values())  # usage and environment errors, before any server
-    out.mkdir(parents=True, exist_ok=True)
-    if previous is not None:
-        run.resume(previous)
-        say(f"ab: continuing the run in {out}: {len(run.rounds)} round(s) kept, {cfg.rounds} asked")
-    say(f"ab: {len(run.states)} configurations, mode {mode} ({reason}); results in {out}")
-    run.write()
-    try:
-        with interrupts():
-            for r in range(len(run.rounds), cfg.rounds):
-                _one_round(run, pool, r, say)
-                if run.states[run.base].status != "ok" or len(run.live_names()) < 2:
-                    break
-        run.status = "complete"
-    except KeyboardInterrupt:
-        run.status = "interrupted"
-    except BaseException:
-        run.status = "failed"  # an error the run cannot go on from: ab.json and the report say so, then it is raised
-        raise
-    finally:
-        if own_pool:
-            pool.close()
-        with contextlib.suppress(OSError):  # a full disk: the error being raised says more than a second one
-            run.write()
-            write_report(run.doc(), out)
-    doc = run.doc()
+    with hold(out, "ab"):
+        previous = _previous_run(cfg, out, digest)
+        run = AbRun(cfg, out, mode, reason, digest)
+        pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
+        vllm = pool.preflight(st.side for st in run.states.values())  # usage and environment errors, before any server
+        w = cfg.workload
+        key = calibration.machine(cfg.model, vllm, mode, cfg.window_s, w.input_len, w.output_len)
+        if cfg.noise is None and not cfg.calibrate:
+            found = calibration.stored(key, cfg.workload.concurrency)
+            if found:
+                run.given, run.given_source = found
+        if previous is not None:
+            run.resume(previous)
+            say(f"ab: continuing the run in {out}: {len(run.rounds)} round(s) kept")
+        say(f"ab: {len(run.states)} configurations, mode {mode} ({reason}); results in {out}")
+        run.write()
+        try:
+            with interrupts():
+                _rounds(run, pool, say)
+            run.status = "complete"
+        except KeyboardInterrupt:
+            run.status, run.stopped_by = "interrupted", "interrupted"
+        except BaseException:
+            run.status = "failed"  # the run cannot go on: ab.json and the report say so, then the error is raised
+            raise
+        finally:
+            if own_pool:
+                pool.close()
+            with contextlib.suppress(OSError):  # a full disk: the error being raised says more than a second one
+                run.write()
+                write_report(run.doc(), out)
+        doc = run.doc()
+        if run.calibration and doc["noise"]["source"] == "A/A this run":
+            noise, _ = run.noise()
+            calibration.store(key, noise, str(out))
     return AbOutcome(_exit_code(run), _summary_line(run), doc)
 
 
@@ -174,9 +238,17 @@ def check_workload(cfg: AbConfig) -> None:
         raise BadInput("two configurations have the same name", "name each --config differently")
     if len(cfg.sides) < 2:
         raise BadInput("ab needs at least two configurations", "give --a and --b, or two --config")
+    if cfg.headline not in cfg.workload.concurrency:
+        raise BadInput(f"--headline-level {cfg.headline} is not one of the levels", "give one of --concurrency")
+    if not 0 < cfg.threshold < 0.5:
+        raise BadInput(f"--threshold {cfg.threshold} is not a fraction in (0, 0.5)", "e.g. --threshold 0.02 for 2%")
+    if not (math.isfinite(cfg.window_s) and 1 <= cfg.window_s <= 3600):
+        raise BadInput(f"--window {cfg.window_s} is not between 1 and 3600 seconds", "e.g. --window 10")
+    if cfg.budget_min is not None and not (math.isfinite(cfg.budget_min) and cfg.budget_min > 0):
+        raise BadInput(f"--budget {cfg.budget_min} is not a positive number of minutes", "e.g. --budget 15")
     w = cfg.workload
     bench.validate(bench.BenchConfig(url="http://127.0.0.1", concurrency=w.concurrency, input_len=w.input_len,
-                                     output_len=w.output_len, num_prompts=w.num_prompts, warmup=w.warmup_requests,
+                                     output_len=w.output_len, num_prompts=w.num_prompts, duration_s=cfg.window_s,
                                      seed=w.seed))  # fmt: skip
 
 
@@ -191,73 +263,13 @@ def _previous_run(cfg: AbConfig, out: Path, digest: str) -> AbDocument | None:
             f"{out} holds an ab run with other settings (options, a profile's contents or the engine differ)",
             "give a new --out folder, or the same options, profiles and engine to continue that run",
         )
-    if doc["status"] == "complete" and len(doc["rounds"]) >= cfg.rounds:
-        raise BadInput(f"{out} holds a complete ab run of {cfg.rounds} round(s)", "ask for more --rounds to extend it")
+    if (
+        doc["status"] == "complete"
+        and doc["planned_rounds"]
+        and len(doc["rounds"]) >= min(cfg.rounds, doc["planned_rounds"])
+    ):
+        raise BadInput(f"{out} holds a complete ab run ({doc['stopped_by']})", "give a new --out folder")
     return doc
-
-
-def _pass_folder(run: AbRun, stem: str) -> Path:
-    """passes/STEM, or STEM-2, -3 ... when an interrupted attempt left that folder (never overwritten)."""
-    folder, k = run.out / "passes" / stem, 1
-    while folder.exists():
-        k += 1
-        folder = run.out / "passes" / f"{stem}-{k}"
-    return folder
-
-
-def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
-    _start_all(run, pool, run.live_names(), say)
-    order = block_order(run.live_names(), r)
-    rnd: RoundDoc = {"index": r + 1, "order": order, "passes": [], "means": {}}
-    values: dict[str, list[dict[int, dict[str, float | None] | None]]] = {}  # side -> its passes' levels
-    for i, name in enumerate(order):
-        if run.states[name].status in ("infeasible", "died"):
-            continue
-        up = _start(run, pool, name, say)
-        if up is None:
-            continue
-        folder = _pass_folder(run, f"r{r + 1}-{i + 1}-{name}")
-        where = str(folder.relative_to(run.out))
-        try:
-            result = _bench_pass(run, up, folder, name)
-        except ServerDied as e:
-            _died(run, pool, name, e.message, say)
-            rnd["passes"].append({"side": name, "folder": where, "status": "server-died"})
-            continue
-        if result.status == "server-died":
-            _died(run, pool, name, f"the server stopped answering in {where}", say)
-        rnd["passes"].append({"side": name, "folder": where, "status": result.status})
-        per_level: dict[int, dict[str, float | None] | None] = {}
-        for c in run.cfg.workload.concurrency:
-            lv = result.levels.get(c)
-            per_level[c] = dict(lv.values) if lv is not None and lv.valid else None
-            if per_level[c] is None:
-                reason = f"{lv.failed} failed request(s)" if lv else "level not measured"
-                run.invalid.append({"round": r + 1, "side": name, "folder": where, "concurrency": c, "reason": reason})
-        values.setdefault(name, []).append(per_level)
-    for name, per_pass in values.items():
-        rnd["means"][name] = {str(c): _block_mean([p[c] for p in per_pass]) for c in run.cfg.workload.concurrency}
-    run.rounds.append(rnd)
-    run.write()
-    for name, judged in run.verdicts().items():
-        for level, metric in judged.items():
-            say(f"round {r + 1}: {name} vs {run.base} at c={level}: {sentence(metric['output_tok_s'], name)}")
-
-
-def _died(run: AbRun, pool: ServerPool, name: str, why: str, say: Say) -> None:
-    st = run.states[name]
-    st.status, st.diagnosis = "died", why
-    say(f"{name}: {why}: out of the run")
-    pool.release(name)
-
-
-def _block_mean(got: list[dict[str, float | None] | None]) -> dict[str, float] | None:
-    """A side's value in one round: the mean of its passes in the block. Both must be valid, or the round is not
-    balanced for that level (and is left out)."""
-    if len(got) < 2 or any(g is None for g in got):
-        return None
-    valid = [g for g in got if g is not None]
-    return {m: sum(float(g[m] or 0) for g in valid) / len(valid) for m in METRICS if all(g.get(m) for g in valid)}
 
 
 def _exit_code(run: AbRun) -> int:
@@ -272,6 +284,8 @@ def _summary_line(run: AbRun) -> str:
     done = len(run.rounds)
     bad = [n for n, st in run.states.items() if st.status in ("infeasible", "died")]
     parts = [f"{done} round(s) {'kept (interrupted)' if run.status == 'interrupted' else 'measured'}"]
+    if run.stopped_by and run.status != "interrupted":
+        parts.append(f"stopped: {run.stopped_by}")
     if bad:
         parts.append(f"could not serve: {', '.join(bad)}")
     return "; ".join(parts)

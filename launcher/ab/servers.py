@@ -12,14 +12,17 @@ as long as its server; the H200 ab of 2026-12-03 spent 169 + 128 s starting two 
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from checks.secrets import redact_obj
+from checks.secrets import bearer, redact_obj
 from launcher.ab.sides import Side, is_cpu_engine, side_profile
 from launcher.errors import ExitCode, NemolaunchError
 from launcher.profiles.profile import ServingProfile
@@ -61,6 +64,23 @@ class Up:
         if self.running is None:
             return True
         return self.running.server.alive() and self.running.server.dead_child() is None
+
+
+def reset_prefix_cache(up: Up) -> str:
+    """Empty the server's prefix cache before a pass, so every pass starts from the same cache state: "reset", or
+    why not (vLLM answers 404 without VLLM_SERVER_DEV_MODE=1; a pool that did not start the server may lack it)."""
+    request = urllib.request.Request(
+        f"{up.url}/reset_prefix_cache", data=b"", method="POST", headers=bearer(up.api_key)
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            answer = json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return f"not reset: HTTP {e.code}"
+    except (OSError, ValueError) as e:
+        return f"not reset: {type(e).__name__}"
+    # vLLM 0.26/0.32 answer {"success": false} while blocks are still held (a request in flight): not reset
+    return "reset" if not isinstance(answer, dict) or answer.get("success", True) else "not reset: blocks in use"
 
 
 class _Owner(threading.Thread):
@@ -127,14 +147,21 @@ class ServerPool:
 
         return serve.make_plan(self.profile_for(side), self.model, self.python, "127.0.0.1", port)
 
-    def preflight(self, sides: Iterable[Side]) -> None:
+    def preflight(self, sides: Iterable[Side]) -> str | None:
         """Everything a start needs that can be known without one: the model folder, the engine's interpreter and
-        vLLM, every side's flags against that vLLM. Raises as serve would (usage and environment errors)."""
+        vLLM, every side's flags against that vLLM. Raises as serve would (usage and environment errors). Returns
+        the vLLM version the sides will run."""
         from launcher.serve import run as serve
 
         serve.check_model(self.model)
+        version = None
         for side in sides:
-            self._plan(side, 0)
+            version = self._plan(side, 0).rendered.vllm_version
+        return version
+
+    def pids(self) -> set[int]:
+        """Every process of every server of this pool (they may use the GPU; anything else is foreign)."""
+        return {pid for up in self.up.values() if up.running for pid in up.running.server.processes()}
 
     def _log(self, name: str) -> Path:
         """logs/NAME-N.log, N the first number not taken (a resumed run keeps the earlier starts' logs)."""

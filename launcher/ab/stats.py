@@ -1,130 +1,188 @@
 """The verdict statistics of `nemolaunch ab`: pure functions of paired per-round ratios, no I/O.
 
-Each round is one order-balanced block (A B B A), so each round gives one ratio B/A per level and metric, and
-linear drift within a block cancels. The decision works on log-ratios (a 10% gain and a 10% loss are symmetric):
+Each round is one order-balanced block (A B B A) per level, so each round gives one ratio B/A per level and
+metric, and linear drift within a block cancels. The unit of analysis is the round (never a request: requests of
+one pass are not independent). The decision works on log-ratios (a 10% gain and a 10% loss are symmetric):
 
-- the interval is a two-sided 95% Student t interval on the mean per-round log-ratio (scipy.stats.ttest_1samp).
-  With the 3-6 rounds a server start allows, a bootstrap has only 10-462 distinct resamples and its percentile
-  interval comes out too narrow, and a Wilcoxon signed-rank test cannot reach p < 0.05 below 6 pairs; the t
-  interval is honest at small n (it widens with it);
-- the margin is the noise floor: the widest bound of an A/A run's interval (the same configuration on both sides),
-  measured with --calibrate or read from a stored floor, and never below MIN_MARGIN;
-- "faster" only when the whole interval clears the margin; "equivalent" when the whole interval lies within
-  +-margin; otherwise "inconclusive", with the rounds that would decide if the spread stays as measured.
+- the noise is the standard deviation of the per-round log-ratio. An A/A (the baseline against a second server of
+  itself, --calibrate) measures it, with the bias between two instances of one configuration; a stored machine
+  noise can stand in for it. With a measured noise the variance is pooled (the comparison's own rounds and the
+  A/A's), which is what lets 2-4 rounds decide; without one, only the comparison's own rounds count and the report
+  says "noise not measured";
+- an instance bias the A/A shows beyond its own sampling error widens every interval (two servers of one
+  configuration differ by that much, so two configurations may too);
+- the threshold is the smallest change worth acting on (default 2%), separate from the noise;
+- ab looks after every round from the second, so each look uses Pocock's constant nominal level for the planned
+  number of looks (computed here by numerical integration of the group-sequential boundary): the chance that any
+  look wrongly clears the threshold stays at 5% (benchmarks/ab_error_rates.py simulates it);
+- one interval, three outcomes (launcher.noise.position): wholly beyond +-threshold is "better"/"worse", wholly
+  within it is "equivalent" (two one-sided tests at the same level), across a bound is "inconclusive".
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from scipy import stats
 
 from launcher import noise
-from launcher.ab.document import VerdictDoc
+from launcher.ab.document import Kind, VerdictDoc
 
-CONFIDENCE = 0.95
-MIN_MARGIN = 0.01  # a difference under 1% is not worth a profile change, whatever the noise
-DEFAULT_MARGIN = 0.03  # without an A/A measurement: the 0.1-3% an H200 A/A showed after its first round (NOTES.md)
-# an A/A floor wider than this makes "equivalent" meaningless (a noisy run would call a 30% change "equivalent"):
-# such a run can still find a difference that clears the floor, but never calls two sides equivalent
-MAX_EQUIVALENCE_MARGIN = 0.10
-METHOD = "95% Student t interval on the mean per-round log-ratio B/A (scipy.stats.ttest_1samp), paired ABBA rounds"
-MAX_EXTRA_ROUNDS = 100
-
+ALPHA = 0.05  # two-sided: 95% intervals, a 5% chance of a wrong "better" or "worse" over all looks
+THRESHOLD = noise.THRESHOLD
+METHOD = (
+    "t interval on the mean per-round log-ratio B/A (paired order-balanced rounds), variance pooled with the A/A's "
+    "and widened by its instance bias; Pocock's group-sequential level for the planned looks"
+)
 # output tok/s: higher is better; TPOT and TTFT: lower is better
 HIGHER_IS_BETTER = {"output_tok_s": True, "tpot_ms": False, "ttft_ms": False}
 
 
 @dataclass(frozen=True)
-class Interval:
-    """The mean ratio and its interval, as ratios (1.05 = +5%)."""
+class Noise:
+    """What an A/A measured: the per-round log-ratio's spread and the bias between two instances."""
 
-    n: int
-    mean: float
-    lo: float
-    hi: float
-    log_sd: float  # standard deviation of the per-round log-ratios
+    sd: float
+    df: int  # the A/A's rounds - 1
+    bias: float = 0.0  # the A/A's mean log-ratio
+    source: str = "A/A"
 
     @property
-    def widest(self) -> float:
-        """The largest distance of either bound from 1, as a fraction: an A/A run's noise floor."""
-        return max(abs(self.lo - 1), abs(self.hi - 1))
+    def bias_var(self) -> float:
+        """The squared bias beyond its own sampling error: added to every comparison's variance."""
+        if self.df < 1:
+            return 0.0
+        return max(0.0, self.bias**2 - self.sd**2 / (self.df + 1))
 
 
-def interval(ratios: list[float], confidence: float = CONFIDENCE) -> Interval | None:
-    """The t interval of the mean log-ratio, back on the ratio scale; None with fewer than 2 valid ratios."""
-    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
-    if len(logs) < 2:
+def measure_noise(aa_ratios: list[float], source: str = "A/A") -> Noise | None:
+    """The noise an A/A's per-round ratios show; None with fewer than 3 rounds (2 give one degree of freedom)."""
+    logs = _logs(aa_ratios)
+    if len(logs) < 3:
         return None
     mean = sum(logs) / len(logs)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    if sd == 0.0:  # identical ratios: scipy would return nan; the interval is the point
-        lo = hi = mean
-    else:
-        ci = stats.ttest_1samp(logs, 0.0).confidence_interval(confidence)
-        lo, hi = float(ci.low), float(ci.high)
-    return Interval(len(logs), math.exp(mean), math.exp(lo), math.exp(hi), sd)
+    return Noise(sd, len(logs) - 1, mean, source)
 
 
-def noise_floor(aa_ratios: list[float]) -> float | None:
-    """An A/A run's floor: how far from 1 its interval reaches (None when it has fewer than 2 rounds)."""
-    iv = interval(aa_ratios)
-    return None if iv is None else iv.widest
+def _logs(ratios: list[float]) -> list[float]:
+    return [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
 
 
-def margin_for(floor: float | None) -> float:
-    return DEFAULT_MARGIN if floor is None else max(MIN_MARGIN, floor)
+def _crossing(c: float, looks: int, step: float = 0.01) -> float:
+    """P(|S_k| >= c sqrt(k) at some look k <= looks) for S_k a sum of k standard normals (Armitage, McPherson and
+    Rowe's recursion on a grid)."""
+    import numpy as np
+
+    edge = c * math.sqrt(looks) + 6
+    x = np.arange(-edge, edge + step / 2, step)
+    kernel = stats.norm.pdf(np.arange(-6, 6 + step / 2, step)) * step
+    density = stats.norm.pdf(x) * (np.abs(x) < c)
+    for k in range(2, looks + 1):
+        density = np.convolve(density, kernel, mode="same") * (np.abs(x) < c * math.sqrt(k))
+    return float(1 - density.sum() * step)
 
 
-def rounds_to_decide(iv: Interval, margin: float, confidence: float = CONFIDENCE) -> int | None:
-    """About how many rounds in all would let the interval clear the margin (or fit inside it), if the spread
-    stays as measured; None when no number of rounds would (the mean sits on the margin)."""
-    gap = abs(abs(math.log(iv.mean)) - math.log1p(margin))
+@lru_cache(maxsize=64)
+def pocock_level(looks: int, alpha: float = ALPHA) -> float:
+    """The nominal two-sided level to use at each of `looks` equally spaced looks so that the chance of crossing at
+    any of them is `alpha` (Pocock 1977; 5 looks at 0.05: constant 2.413, level 0.0158)."""
+    if looks <= 1:
+        return alpha
+    lo, hi = stats.norm.ppf(1 - alpha / 2), 5.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _crossing(mid, looks) > alpha else (lo, mid)
+    return float(2 * (1 - stats.norm.cdf(hi)))
+
+
+@dataclass(frozen=True)
+class Interval:
+    n: int
+    mean: float  # ratios (1.05 = +5%)
+    lo: float
+    hi: float
+    sd: float  # the per-round log-ratio spread the interval used (pooled when a noise was measured)
+    df: int
+
+
+def interval(ratios: list[float], level: float = ALPHA, measured: Noise | None = None) -> Interval | None:
+    """The two-sided (1 - level) t interval of the mean log-ratio, back on the ratio scale; with a measured noise,
+    the variance is pooled with it and widened by its instance bias. None when there is no variance to use."""
+    logs = _logs(ratios)
+    n = len(logs)
+    if n == 0 or (n < 2 and measured is None):
+        return None
+    mean = sum(logs) / n
+    own = sum((x - mean) ** 2 for x in logs)  # (n - 1) x the sample variance
+    df = n - 1
+    if measured is not None:
+        own += measured.df * measured.sd**2
+        df += measured.df
+    sd = math.sqrt(own / df) if df else 0.0
+    se = math.sqrt(sd**2 / n + (measured.bias_var if measured else 0.0))
+    half = float(stats.t.ppf(1 - level / 2, df)) * se if se > 0 else 0.0
+    return Interval(n, math.exp(mean), math.exp(mean - half), math.exp(mean + half), sd, df)
+
+
+def rounds_needed(sd: float, effect: float, threshold: float, level: float = ALPHA, power: float = 0.8) -> int | None:
+    """About how many rounds let an interval at `level` decide, with the given power, for a true change of
+    `effect` (a fraction) at this per-round spread: clear the threshold when the change is beyond it, fit within
+    +-threshold when it is inside. None when the change sits on the threshold (no number of rounds decides)."""
+    gap = abs(math.log1p(abs(effect)) - math.log1p(threshold))
     if gap == 0:
         return None
-    if iv.log_sd == 0:
-        return iv.n + 1
-    n = iv.n
-    while n <= iv.n + MAX_EXTRA_ROUNDS:
-        n += 1
-        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * iv.log_sd / math.sqrt(n)
-        if half < gap:
-            return n
-    return None
+    if sd == 0:
+        return 2
+    import numpy as np
+
+    n = np.arange(2, 1000)
+    q = stats.t.ppf(1 - level / 2, n - 1) + stats.t.ppf(power, n - 1)
+    enough = np.nonzero(q * sd / np.sqrt(n) < gap)[0]
+    return int(n[enough[0]]) if enough.size else None
 
 
-def verdict(metric: str, ratios: list[float], margin: float) -> VerdictDoc:
+def decide(metric: str, iv: Interval | None, threshold: float) -> Kind:
+    """The interval's position against the threshold (launcher.noise), as a verdict's kind."""
+    if iv is None:
+        return "insufficient"
+    where = noise.position(iv.lo, iv.hi, threshold)
+    if where in ("above", "below"):
+        return "better" if (where == "above") == HIGHER_IS_BETTER[metric] else "worse"
+    return "equivalent" if where == "within" else "inconclusive"
+
+
+def verdict(
+    metric: str,
+    ratios: list[float],
+    threshold: float = THRESHOLD,
+    measured: Noise | None = None,
+    level: float = ALPHA,
+) -> VerdictDoc:
     """The verdict on B against A for one metric at one level, from its paired per-round ratios B/A (data: the
     sentence is rendered from it by launcher.ab.report)."""
-    iv = interval(ratios)
-    doc: VerdictDoc = {
+    iv = interval(ratios, level, measured)
+    kind = decide(metric, iv, threshold)
+    more: int | None = None
+    if iv is not None and kind == "inconclusive":
+        need = rounds_needed(iv.sd, iv.mean - 1, threshold, level)
+        more = None if need is None else max(1, need - iv.n)
+    return {
         "metric": metric,
-        "kind": "insufficient",
+        "kind": kind,
         "n": iv.n if iv else len(ratios),
         "mean": round(iv.mean, 5) if iv else None,
         "lo": round(iv.lo, 5) if iv else None,
         "hi": round(iv.hi, 5) if iv else None,
-        "margin": round(margin, 5),
-        "more_rounds": None,
+        "level": round(level, 5),
+        "threshold": round(threshold, 5),
+        "noise": round(measured.sd, 5) if measured else None,
+        "noise_source": measured.source if measured else None,
+        "sd": round(iv.sd, 5) if iv else None,
+        "more_rounds": more,
         "ratios": [round(r, 5) for r in ratios],
+        "headline": True,
+        "dropped": [],
     }
-    if iv is None:
-        return doc
-    where = noise.position(iv.lo, iv.hi, margin)
-    if where in ("above", "below"):
-        doc["kind"] = "better" if (where == "above") == HIGHER_IS_BETTER[metric] else "worse"
-    elif where == "within" and margin <= MAX_EQUIVALENCE_MARGIN:
-        doc["kind"] = "equivalent"
-    else:
-        doc["kind"] = "inconclusive"
-        if where == "straddles":
-            need = rounds_to_decide(iv, margin)
-            doc["more_rounds"] = None if need is None else max(1, need - iv.n)
-    return doc
-
-
-def noise_side(v: VerdictDoc) -> VerdictDoc:
-    """The A/A side whose interval is the noise floor: judged against itself it would always read "inconclusive:
-    about N more rounds would decide", which no number of rounds would."""
-    return {**v, "kind": "noise", "more_rounds": None} if v["mean"] is not None else v

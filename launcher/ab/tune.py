@@ -1,11 +1,12 @@
 """`nemolaunch tune`: search serving settings end to end and write the profile that won, with its evidence.
 
-Candidates come from probe evidence (close calls, or a fastest kernel that is not vLLM's choice) and from
-serving knobs (launcher.ab.candidates). Effort goes where it decides: every candidate first gets one short ABBA
-round against the base (screening: infeasible or clearly worse ones stop there), then the finalists run
-interleaved together with the base for the full rounds (`ab`). A candidate whose server cannot start is
-infeasible, with nemolaunch's log diagnosis, and is not retried. The budget is checked before each trial; what
-did not fit is reported. A state file in OUT makes a rerun of the same command continue where the last one stopped.
+Candidates come from probe evidence (close calls, or a fastest kernel that is not vLLM's choice) and from serving
+knobs (launcher.ab.candidates). Every candidate first gets one ABBA round against the base (screening: one that
+cannot start, or is clearly worse, stops there). The finalists, and the winning ones combined, then run one ab
+together with the base: its stopping rule, its noise (--calibrate, --noise or the machine's stored one) and its
+threshold decide. A setting is written only when its headline cleared the threshold; a win inside it is a tie,
+and a tie keeps the base (fewer overrides, vLLM's own defaults). Nothing measured, nothing written: tune says why
+and exits 1. A state file in OUT makes a rerun of the same command continue where the last one stopped.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from launcher import noise as noise_rule
+from launcher.ab.calibration import Levels
 from launcher.ab.candidates import KNOBS, Candidate, Context, candidates, slug
-from launcher.ab.config import ROUNDS, WORKLOAD, AbConfig, Workload
+from launcher.ab.config import ROUNDS, WINDOW_S, WORKLOAD, AbConfig, Workload
 from launcher.ab.document import (
     TUNE_SCHEMA,
     AbDocument,
@@ -34,16 +37,15 @@ from launcher.ab.run import check_workload, run_ab
 from launcher.ab.servers import ServerPool
 from launcher.ab.sides import Side
 from launcher.errors import BadInput, ExitCode, NotReady
-from launcher.output import atomic_write_text
+from launcher.output import hold, write_json
 from launcher.profiles.profile import load_profile
 
 Say = Callable[[str], None]
-DROP_BELOW = 0.90  # screening: a candidate at least 10% slower at every level is clearly worse
+DROP_BELOW = 0.90  # screening: a candidate at least 10% slower at the headline is clearly worse
 FINALISTS = 2
-# before anything is measured: a GPU server start is 60-170 s (H200, vLLM 0.26), a short pass tens of seconds
+# before anything is measured: a GPU server start is 60-170 s (H200, vLLM 0.26); a pass is its window and ~5 s
 FIRST_GUESS_START_S = 120.0
-FIRST_GUESS_PASS_S = 30.0
-SCREEN_PASSES = 4 + 2  # one A B B A block, and one warm-up pass per server start
+PASS_OVERHEAD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,16 @@ class TuneConfig:
     budget_min: float = 30.0
     workload: Workload = WORKLOAD
     rounds: int = ROUNDS
+    window_s: float = WINDOW_S
+    threshold: float = noise_rule.THRESHOLD
+    headline_level: int | None = None
+    calibrate: bool = False
     knobs: tuple[str, ...] = tuple(KNOBS)
     probe: Path | None = None
     python: Path | None = None
     name: str | None = None
-    # a stored A/A floor (ab --noise-floor) for the final's verdicts: tune runs no A/A of its own
-    noise_floor: dict[int, dict[str, float]] | None = None
-    noise_floor_source: str | None = None
+    noise: Levels | None = None
+    noise_source: str | None = None
 
     def digest(self) -> str:
         """What makes two tune runs the same run: the options (but the budget), the base profile's contents and the
@@ -71,6 +76,12 @@ class TuneConfig:
         python = resolve_python(self.python, base.python).path
         doc["resolved"] = json.dumps([base.settings, base.env, str(python)], sort_keys=True, default=str)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+    def ab(self, sides: tuple[Side, ...], rounds: int, budget_min: float | None, calibrate: bool) -> AbConfig:
+        return AbConfig(model=self.model, sides=sides, workload=self.workload, rounds=rounds, window_s=self.window_s,
+                        threshold=self.threshold, budget_min=budget_min, headline_level=self.headline_level,
+                        calibrate=calibrate, noise=self.noise, noise_source=self.noise_source, python=self.python,
+                        mode="co-resident")  # fmt: skip
 
 
 @dataclass
@@ -95,7 +106,7 @@ class TuneState:
             self.data = data
 
     def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=2))
+        write_json(self.path, self.data)
 
 
 def fresh_dir(parent: Path, stem: str) -> Path:
@@ -106,36 +117,19 @@ def fresh_dir(parent: Path, stem: str) -> Path:
     return parent / f"{stem}-{k}"
 
 
-def _ab_config(cfg: TuneConfig, sides: tuple[Side, ...], rounds: int) -> AbConfig:
-    return AbConfig(
-        model=cfg.model,
-        sides=sides,
-        workload=cfg.workload,
-        rounds=rounds,
-        python=cfg.python,
-        same_answers=True,
-        noise_floor=cfg.noise_floor,
-        noise_floor_source=cfg.noise_floor_source,
-    )
+def _cost(cfg: TuneConfig, starts: int, passes: int, seen: dict[str, float]) -> float:
+    """Seconds for `starts` server starts and `passes` passes at each level, at the pace seen so far."""
+    pass_s = seen.get("measure_s", cfg.window_s + PASS_OVERHEAD_S)
+    return starts * seen.get("start_s", FIRST_GUESS_START_S) + passes * len(cfg.workload.concurrency) * pass_s
 
 
-def _screening_ratios(doc: AbDocument, name: str) -> dict[str, float | None]:
-    """A screening round's output tok/s ratio to the base per level (one round: no interval yet)."""
-    per_level = doc["verdicts"].get(name, {})
-    return {c: next(iter(v["output_tok_s"]["ratios"]), None) for c, v in per_level.items()}
-
-
-def _cost(starts: int, passes: int, seen: dict[str, float]) -> float:
-    return starts * seen.get("start_s", FIRST_GUESS_START_S) + passes * seen.get("pass_s", FIRST_GUESS_PASS_S)
-
-
-def _learn(seen: dict[str, float], doc: AbDocument, seconds: float, passes: int) -> None:
+def _learn(seen: dict[str, float], doc: AbDocument) -> None:
     starts = [s for side in doc["sides"] for s in side["startups_s"]]
     if starts:
         seen["start_s"] = max(starts)
-    bench_time = max(0.0, seconds - sum(starts))
-    if passes:
-        seen["pass_s"] = max(1.0, bench_time / passes)
+    times = [p["seconds"] for r in doc["rounds"] for p in r["passes"]]
+    if times:
+        seen["measure_s"] = max(times)
 
 
 def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
@@ -144,52 +138,47 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
 
     base = load_profile(cfg.base)
     cands, skipped = candidates(cfg.knobs, Context(base, cfg.workload, cfg.probe))
-    check_workload(_ab_config(cfg, (Side("base", cfg.base), Side("candidate", cfg.base)), 1))
-    # one co-resident pool for the whole search: the base starts once, a finalist stays up for the final rounds
-    pool = ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=1 + FINALISTS)
+    check_workload(cfg.ab((Side("base", cfg.base), Side("candidate", cfg.base)), 2, None, False))
+    pool = ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=2 + FINALISTS)
     pool.preflight([Side("base", cfg.base)])  # usage and environment errors, before any server
-    out.mkdir(parents=True, exist_ok=True)
-    state = TuneState(out, cfg.digest())
-    deadline = time.monotonic() + cfg.budget_min * 60
-    not_tested: list[str] = []
-    say(f"tune: {len(cands)} candidate(s): {', '.join(c.name for c in cands) or 'none'}")
-    for line in skipped:
-        say(f"tune: considered, not tried: {line}")
-    interrupted = False
-    try:
-        with interrupts():
-            for cand in cands:
-                if cand.name not in state.data["trials"]:
-                    _screen(cfg, out, state, cand, deadline, not_tested, say, pool)
-            _final(cfg, out, state, deadline, not_tested, say, pool)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        pool.close()
-    state.save()
-    doc = _summary(cfg, out, state, cands, skipped, not_tested, interrupted)
-    final = _final_doc(out, state.data["final"])
-    if final is not None and not interrupted:
-        doc["profile"] = str(write_tuned_profile(cfg, out, base, state.data, final, doc, skipped))
-    atomic_write_text(out / "tune.json", json.dumps(doc, indent=2))
-    code, message = _ending(doc, final is not None, interrupted)
-    return TuneOutcome(code, message, doc)
+    with hold(out, "tune"):
+        state = TuneState(out, cfg.digest())
+        deadline = time.monotonic() + cfg.budget_min * 60
+        not_tested: list[str] = []
+        say(f"tune: {len(cands)} candidate(s): {', '.join(c.name for c in cands) or 'none'}")
+        for line in skipped:
+            say(f"tune: considered, not tried: {line}")
+        interrupted = False
+        try:
+            with interrupts():
+                for cand in cands:
+                    if cand.name not in state.data["trials"]:
+                        _screen(cfg, out, state, cand, deadline, not_tested, say, pool)
+                _final(cfg, out, state, deadline, not_tested, say, pool)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            pool.close()
+        state.save()
+        final = _final_doc(out, state.data["final"])
+        doc = _summary(cfg, state, final, cands, skipped, not_tested, interrupted)
+        if final is not None and doc["winner"] and doc["winner"] != "base" and not interrupted:
+            doc["profile"] = str(write_tuned_profile(cfg, out, base, state.data, final, doc, skipped))
+        write_json(out / "tune.json", doc)
+    return TuneOutcome(*_ending(doc, final is not None, interrupted), doc)
 
 
 def _ending(doc: TuneDocument, measured: bool, interrupted: bool) -> tuple[int, str]:
-    """The exit code and the last line: a profile only from a final that measured its candidates; without one,
-    nothing is written and the line says why."""
+    """The exit code and the last line: a profile only from a final whose verdict chose it; without a final, nothing
+    is written and the line says why."""
     if interrupted:
         return ExitCode.INTERRUPTED, "interrupted: finished trials kept; run the same command to resume"
-    if measured:
+    if doc["profile"]:
         return ExitCode.OK, f"winner {doc['winner']}; profile {doc['profile']}"
-    if not doc["candidates"]:
-        return ExitCode.PROBLEM, "nothing to try: no knob suggested a candidate; no profile written"
-    decided = [t for t in doc["trials"] if t["status"] in ("dropped", "infeasible")]
-    if len(decided) == len(doc["candidates"]):
-        return ExitCode.OK, "the base stays: every candidate was infeasible or clearly worse; no profile written"
-    why = "; ".join(doc["not_tested"]) or "no finalist reached the interleaved final"
-    return ExitCode.PROBLEM, f"nothing measured enough to choose: {why}; no profile written"
+    if measured or (doc["candidates"] and all(t["status"] in ("dropped", "infeasible") for t in doc["trials"])
+                    and len(doc["trials"]) == len(doc["candidates"])):  # fmt: skip
+        return ExitCode.OK, f"{doc['decision']}; no profile written"
+    return ExitCode.PROBLEM, f"{doc['decision']}; no profile written"
 
 
 def _screen(
@@ -204,27 +193,25 @@ def _screen(
 ) -> None:
     """One ABBA round of a candidate against the base, co-resident (the base kept up across trials)."""
     seen = state.data["seen"]
-    # before any pass is timed, its length is unknown (a guess would be off by 10x between workloads): the first
-    # trial runs when its server starts fit, and teaches the estimate for the rest
-    if time.monotonic() + _cost(2, SCREEN_PASSES if "pass_s" in seen else 0, seen) > deadline:
+    # the first trial runs when its server starts fit (nothing is timed yet), and teaches the estimate for the rest
+    if time.monotonic() + _cost(cfg, 2, 4 if "measure_s" in seen else 0, seen) > deadline:
         not_tested.append(f"{cand.name}: screening did not fit the budget")
         return
     folder = fresh_dir(out / "screen", slug(cand.name))
     side = Side(slug(cand.name), cfg.base, cand.overrides)
     say(f"tune: screening {cand.name} ({cand.why})")
-    started = time.monotonic()
-    # a memory candidate needs the device alone: its own run, restarted (auto mode)
-    alone = "gpu_memory_utilization" in cand.overrides
+    alone = "gpu_memory_utilization" in cand.overrides  # memory needs the device alone: its own restarted run
     trial: TrialDoc = {"name": cand.name, "stage": "screen", "status": "infeasible",
                        "folder": str(folder.relative_to(out)), "ratios": {}, "overrides": cand.overrides,
                        "why": cand.why, "diagnosis": None}  # fmt: skip
+    screening = cfg.ab((Side("base", cfg.base), side), 1, None, False)
     try:
-        result = run_ab(_ab_config(cfg, (Side("base", cfg.base), side), 1), folder, say, None if alone else pool)
+        result = run_ab(replace(screening, mode="auto") if alone else screening, folder, say, None if alone else pool)
     except (BadInput, NotReady) as e:  # the base passed the same checks: this vLLM refuses the candidate's flags
         trial["diagnosis"] = e.message
         _record(state, trial, say)
         return
-    _learn(seen, result.doc, time.monotonic() - started, SCREEN_PASSES)
+    _learn(seen, result.doc)
     if result.code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     sides = {s["name"]: s for s in result.doc["sides"]}
@@ -234,17 +221,16 @@ def _screen(
             "fix the base profile first (nemolaunch serve --smoke)",
         )
     mine = sides[side.name]
-    ratios = _screening_ratios(result.doc, side.name)
+    per_level = result.doc["verdicts"].get(side.name, {})
+    ratios = {c: next(iter(v["output_tok_s"]["ratios"]), None) for c, v in per_level.items()}
+    headline = ratios.get(str(result.doc["headline_level"]))
     if mine["status"] != "ok":
         status = "infeasible"
-    elif ratios and all(r is not None and r < DROP_BELOW for r in ratios.values()):
+    elif headline is not None and headline < DROP_BELOW:
         status = "dropped"
     elif alone:
         status = "screened-alone"
-        not_tested.append(
-            f"{cand.name}: screened alone (memory needs the device), not in the co-resident final; "
-            "confirm with nemolaunch ab --mode restart"
-        )
+        not_tested.append(f"{cand.name}: memory needs the device alone; confirm with nemolaunch ab --mode restart")
     else:
         status = "finalist"
     if status != "finalist":
@@ -259,10 +245,25 @@ def _record(state: TuneState, trial: TrialDoc, say: Say) -> None:
     say(f"tune: {trial['name']}: {trial['status']}: {trial_result(trial)}")
 
 
+def _combined(finalists: list[TrialDoc], threshold: float) -> tuple[str, dict[str, object]] | None:
+    """The finalists that each won their screening round beyond the threshold, tried together: their overrides
+    merged (None when fewer than two won, or two set the same key differently)."""
+    winning = [t for t in finalists if any((r or 0) > 1 + threshold for r in t["ratios"].values())]
+    if len(winning) < 2:
+        return None
+    merged: dict[str, object] = {}
+    for t in winning:
+        for k, v in t["overrides"].items():
+            if k in merged and merged[k] != v:
+                return None
+            merged[k] = v
+    return "+".join(t["name"] for t in winning), merged
+
+
 def _final(
     cfg: TuneConfig, out: Path, state: TuneState, deadline: float, not_tested: list[str], say: Say, pool: ServerPool
 ) -> None:
-    """The finalists, interleaved together with the base for the full rounds, on the servers screening left up."""
+    """The finalists and their combination, interleaved with the base in one ab, until its rule stops it."""
     if state.data["final"]:
         return
     trials = [t for t in state.data["trials"].values() if t["status"] == "finalist"]
@@ -273,24 +274,22 @@ def _final(
         pool.release(slug(t["name"]))
     if not finalists:
         return
-    rounds = cfg.rounds
-    while rounds >= 2:
-        passes = 2 * (len(finalists) + 1) * rounds
-        if time.monotonic() + _cost(0, passes, state.data["seen"]) <= deadline:
-            break
-        rounds -= 1
-    if rounds < 2:
-        not_tested.append("final interleaved rounds: two rounds did not fit the budget (screening verdicts only)")
+    sides = [Side("base", cfg.base), *(Side(slug(t["name"]), cfg.base, t["overrides"]) for t in finalists)]
+    combined = _combined(finalists, cfg.threshold)
+    if combined:
+        sides.append(Side(slug(combined[0]), cfg.base, combined[1]))
+    left_min = (deadline - time.monotonic()) / 60
+    two_rounds = _cost(cfg, len(sides), 2 * 2 * len(sides), state.data["seen"]) / 60
+    if left_min < two_rounds:
+        not_tested.append(f"the final: two rounds take about {two_rounds:.0f} min, {max(0, left_min):.0f} min left")
         return
-    if rounds < cfg.rounds:
-        not_tested.append(f"final rounds: {rounds} of {cfg.rounds} fit the budget")
-    sides = (Side("base", cfg.base), *(Side(slug(t["name"]), cfg.base, t["overrides"]) for t in finalists))
     folder = fresh_dir(out / "final", "ab")
-    say(f"tune: final: {', '.join(t['name'] for t in finalists)} against the base, {rounds} interleaved rounds")
-    result = run_ab(_ab_config(cfg, sides, rounds), folder, say, pool)
+    say(f"tune: final: {', '.join(s.name for s in sides[1:])} against the base, up to {cfg.rounds} rounds")
+    result = run_ab(cfg.ab(tuple(sides), cfg.rounds, left_min, cfg.calibrate), folder, say, pool)
     if result.code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
-    state.data["final"] = {"folder": str(folder.relative_to(out)), "finalists": [t["name"] for t in finalists]}
+    names = [t["name"] for t in finalists] + ([combined[0]] if combined else [])
+    state.data["final"] = {"folder": str(folder.relative_to(out)), "finalists": names}
     state.save()
 
 
@@ -299,39 +298,47 @@ def _final_doc(out: Path, final: FinalDoc | None) -> AbDocument | None:
     return read_ab(out / final["folder"] / "ab.json") if final else None
 
 
-def winners(final_doc: AbDocument, names: dict[str, str]) -> dict[str, str]:
-    """Per level: the finalist that is faster than the base outside the noise by the most, else the base."""
-    out: dict[str, str] = {}
-    for c in (str(c) for c in final_doc["workload"]["concurrency"]):
-        best, best_mean = "base", 0.0
-        for side, per_level in final_doc["verdicts"].items():
-            v = per_level[c]["output_tok_s"]
-            if side in names and v["kind"] == "better" and (v["mean"] or 0) > best_mean:
-                best, best_mean = names[side], v["mean"] or 0
-        out[c] = best
-    return out
+def decide(final_doc: AbDocument, names: dict[str, str], overrides: dict[str, int]) -> tuple[str, str]:
+    """The winner and why: among the sides whose headline is "better", the fastest; one within the threshold of it
+    with fewer overrides wins instead (a tie); none better: the base stays."""
+    c = str(final_doc["headline_level"])
+    better = [(names[s], v[c]["output_tok_s"]) for s, v in final_doc["verdicts"].items()
+              if s in names and v[c]["output_tok_s"]["kind"] == "better"]  # fmt: skip
+    if not better:
+        return (
+            "base",
+            f"the base stays: no candidate's headline (c={c}) cleared the {final_doc['threshold']:.1%} threshold",
+        )
+    best_mean = max(v["mean"] or 0 for _, v in better)
+    close = [(n, v) for n, v in better if (v["mean"] or 0) * (1 + final_doc["threshold"]) >= best_mean]
+    name, v = min(close, key=lambda nv: (overrides.get(nv[0], 0), -(nv[1]["mean"] or 0)))
+    return name, f"{name}: {((v['mean'] or 1) - 1) * 100:+.1f}% at c={c}, beyond the threshold"
 
 
 def _summary(
     cfg: TuneConfig,
-    out: Path,
     state: TuneState,
+    final_doc: AbDocument | None,
     cands: list[Candidate],
     skipped: list[str],
     not_tested: list[str],
     interrupted: bool,
 ) -> TuneDocument:
     trials = list(state.data["trials"].values())
-    final = state.data["final"]
-    final_doc = _final_doc(out, final)
-    by_level = winners(final_doc, {slug(t["name"]): t["name"] for t in trials}) if final_doc else {}
-    counts: dict[str, int] = {}
-    for name in by_level.values():
-        counts[name] = counts.get(name, 0) + 1
-    winner = max(counts, key=lambda n: (counts[n], n != "base")) if counts else None
-    load_notes: list[str] = []
-    if len(set(counts)) > 1:
-        load_notes.append("the winner changes with load: " + ", ".join(f"c={c}: {n}" for c, n in by_level.items()))
+    names = {slug(t["name"]): t["name"] for t in trials}
+    overrides = {t["name"]: len(t["overrides"]) for t in trials}
+    for name in state.data["final"]["finalists"] if state.data["final"] else []:
+        names.setdefault(slug(name), name)
+        overrides.setdefault(name, name.count("+") + 1)
+    winner: str | None = None
+    if final_doc is not None:
+        winner, decision = decide(final_doc, names, overrides)
+    elif not cands:
+        decision = "nothing to try: no knob suggested a candidate"
+    elif trials and len(trials) == len(cands) and all(t["status"] in ("dropped", "infeasible") for t in trials):
+        decision = "the base stays: every candidate was infeasible or clearly worse in screening"
+    else:
+        decision = "nothing measured enough to choose: " + ("; ".join(not_tested) or "no final ran")
     tested = {t["name"] for t in trials}
     not_tested = not_tested + [f"{c.name}: not reached" for c in cands if c.name not in tested and interrupted]
     return {
@@ -341,10 +348,9 @@ def _summary(
         "candidates": [asdict(c) for c in cands],
         "considered_not_tried": skipped,
         "trials": trials,
-        "final": final,
+        "final": state.data["final"],
         "winner": winner,
-        "winners_by_level": by_level,
-        "load_notes": load_notes,
+        "decision": decision,
         "not_tested": not_tested,
         "profile": None,
     }

@@ -81,7 +81,7 @@ def write_tuned_profile(
                 "output_len": w.output_len,
                 "concurrency": list(w.concurrency),
             },
-            "winners_by_level": tune_doc["winners_by_level"],
+            "decision": tune_doc["decision"],
             "stack": stack,
             "evidence": evidence,
             "considered_not_tried": skipped,

@@ -4,11 +4,12 @@ results read on a terminal."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from launcher.ab.config import ROUNDS, WARMUP_PASSES, WORKLOAD
+from launcher import noise as noise_rule
+from launcher.ab.config import ROUNDS, WARMUP_PASSES, WINDOW_S
 from launcher.cli.options import (
     COMPARE_LEVELS_OPTION,
     INPUT_LEN_OPTION,
@@ -20,7 +21,36 @@ from launcher.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.ab.document import AbDocument, TuneDocument
+
+
+def _judging(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options ab and tune share: how long a pass holds the load, and how a difference is judged."""
+    for option in reversed(
+        [
+            click.option("--num-prompts", type=click.IntRange(1),
+                         help="Distinct prompts per pass, sent in turn through the window [default: 4 x conc]."),
+            click.option("--window", "window_s", default=WINDOW_S, show_default=True, type=click.FloatRange(1, 3600),
+                         help="Seconds each pass holds the concurrency (its steady window; ramp and drain extra)."),
+            click.option("--threshold", default=noise_rule.THRESHOLD, show_default=True,
+                         type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
+                         help="The smallest change worth acting on (0.02 = 2%): 'faster' needs the whole interval "
+                         "beyond it, 'equivalent' the whole interval within it."),
+            click.option("--headline-level", type=click.IntRange(1),
+                         help="The level whose output tok/s is judged [default: the highest]; the rest are "
+                         "exploratory."),
+            click.option("--noise",
+                         help="The per-round noise when this run measures none: a fraction (0.015) or the ab.json of "
+                         "a calibrated run [default: the noise stored for this machine, if any]."),
+            click.option("--calibrate", is_flag=True,
+                         help="Also run the baseline against itself (A/A): measures the noise, and stores it for this "
+                         "machine."),
+        ]
+    ):  # fmt: skip
+        f = option(f)
+    return f
 
 
 @click.command()
@@ -37,23 +67,17 @@ if TYPE_CHECKING:
     help="More configurations (or instead of --a/--b); the first given is the baseline.",
 )
 @COMPARE_LEVELS_OPTION
-@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(1), help="ABBA blocks.")
 @INPUT_LEN_OPTION
 @OUTPUT_LEN_OPTION
-@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
-@click.option(
-    "--warmup",
-    default=WORKLOAD.warmup_requests,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Unmeasured requests per level.",
-)
+@_judging
+@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(2), help="The most rounds.")
+@click.option("--budget", "budget_min", type=click.FloatRange(0, min_open=True), help="Minutes the run may take.")
 @click.option(
     "--warmup-passes",
     default=WARMUP_PASSES,
     show_default=True,
     type=click.IntRange(0),
-    help="Unmeasured passes per server start.",
+    help="The most unmeasured passes per server start and level (fewer once throughput stops drifting).",
 )
 @click.option(
     "--mode",
@@ -62,8 +86,6 @@ if TYPE_CHECKING:
     show_default=True,
     help="co-resident: all servers up at once, each its share of memory; restart: one server at a time.",
 )
-@click.option("--calibrate", is_flag=True, help="Also run A against itself (A/A) to measure the noise floor.")
-@click.option("--noise-floor", help="A stored floor: a fraction (0.03) or the ab.json of a calibrated run.")
 @click.option("--no-same-answers", is_flag=True, help="Skip the greedy same-answers check.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: ab-results/ab-<time>].")
 @PYTHON_OPTION
@@ -76,44 +98,53 @@ def ab(
     set_b: tuple[str, ...],
     configs: tuple[str, ...],
     concurrency: tuple[int, ...],
-    rounds: int,
     input_len: int,
     output_len: int,
     num_prompts: int | None,
-    warmup: int,
+    window_s: float,
+    threshold: float,
+    headline_level: int | None,
+    noise: str | None,
+    calibrate: bool,
+    rounds: int,
+    budget_min: float | None,
     warmup_passes: int,
     mode: str,
-    calibrate: bool,
-    noise_floor: str | None,
     no_same_answers: bool,
     out: Path | None,
     python: Path | None,
     as_json: bool,
 ) -> int:
-    """Is B faster than A here? Interleaved ABBA rounds of bench passes, a verdict per level against the noise.
+    """Is B faster than A here? Order-balanced rounds of steady-state passes; the headline judged against the
+    threshold and the measured noise, with a stopping rule that keeps a wrong "faster" under 5%.
 
-    Writes OUT/ab.json (schema nemolaunch.ab/2), report.md, ratios.png and every pass as a bench folder under
-    OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command with the same --out continues
-    (a larger --rounds extends a complete run). Exit 1 when a configuration cannot serve.
+    After each round from the second, ab stops once every headline is decided, when --rounds are done, or when
+    --budget cannot hold another round. Writes OUT/ab.json (schema nemolaunch.ab/3), report.md, ratios.png and
+    every pass as a bench folder under OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command
+    with the same --out continues. Exit 1 when a configuration cannot serve.
     """
     from launcher.ab import run as stage
+    from launcher.ab.calibration import parse_noise_option
     from launcher.ab.config import AbConfig, Workload
-    from launcher.ab.floor import load_noise_floor
     from launcher.ab.sides import sides_from_options
     from launcher.output import json_document
 
     sides = sides_from_options(a_ref, b_ref, set_a, set_b, configs)
-    floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
+    given, source = parse_noise_option(noise) if noise else (None, None)
     cfg = AbConfig(
         model=model,
         sides=sides,
-        workload=Workload(concurrency, input_len, output_len, num_prompts, warmup_requests=warmup),
+        workload=Workload(concurrency, input_len, output_len, num_prompts),
         rounds=rounds,
         warmup_passes=warmup_passes,
+        window_s=window_s,
+        threshold=threshold,
+        budget_min=budget_min,
+        headline_level=headline_level,
         mode=mode,  # type: ignore[arg-type]
         calibrate=calibrate,
-        noise_floor=floor,
-        noise_floor_source=source,
+        noise=given,
+        noise_source=source,
         python=python,
         same_answers=not no_same_answers,
     )
@@ -130,12 +161,14 @@ def ab(
 @click.command()
 @click.option("--model", required=True, help="The model folder to tune for.")
 @click.option("--base", default="cpu", show_default=True, help="The profile to start from (name or path).")
-@click.option("--budget", "budget_min", default=30.0, show_default=True, type=click.FloatRange(min=1), help="Minutes.")
+@click.option(
+    "--budget", "budget_min", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True), help="Minutes."
+)
 @COMPARE_LEVELS_OPTION
 @INPUT_LEN_OPTION
 @OUTPUT_LEN_OPTION
-@click.option("--num-prompts", type=click.IntRange(1), help="Requests per level and pass [default: 4 x conc, >= 8].")
-@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(2), help="Final interleaved rounds.")
+@_judging
+@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(2), help="The final's most rounds.")
 @click.option(
     "--knobs",
     type=NAMES,
@@ -147,11 +180,6 @@ def ab(
     "probe_json",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A probe report (probe --json): its close calls and faster kernels become candidates.",
-)
-@click.option(
-    "--noise-floor",
-    help="The A/A floor the final's verdicts use: a fraction (0.03) or the ab.json of a calibrated ab run of the same "
-    "model and workload [default: 3%, not measured].",
 )
 @click.option("--name", help="The tuned profile's name [default: BASE-tuned].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: tune-results/tune-<time>].")
@@ -165,39 +193,49 @@ def tune(
     input_len: int,
     output_len: int,
     num_prompts: int | None,
+    window_s: float,
+    threshold: float,
+    headline_level: int | None,
+    noise: str | None,
+    calibrate: bool,
     rounds: int,
     knobs: tuple[str, ...] | None,
     probe_json: Path | None,
-    noise_floor: str | None,
     name: str | None,
     out: Path | None,
     python: Path | None,
     as_json: bool,
 ) -> int:
-    """Search serving settings end to end (screen, then interleaved ab of finalists) and write the winner.
+    """Search serving settings end to end (screen, then an interleaved ab of the finalists and their combination)
+    and write the winner: only a setting whose headline cleared the threshold; a tie keeps the base.
 
     Writes OUT/NAME.toml (the tuned profile, [why] citing ab verdicts, [tuned] the stack and workload),
-    OUT/tune.json and every trial's ab folder. Rerun the same command with the same --out to resume.
+    OUT/tune.json and every trial's ab folder; nothing when nothing was measured (exit 1, the reason said).
+    Rerun the same command with the same --out to resume.
     """
     from launcher.ab import tune as stage
+    from launcher.ab.calibration import parse_noise_option
     from launcher.ab.candidates import KNOBS
     from launcher.ab.config import Workload
-    from launcher.ab.floor import load_noise_floor
     from launcher.output import json_document
 
-    floor, source = load_noise_floor(noise_floor) if noise_floor else (None, None)
+    given, source = parse_noise_option(noise) if noise else (None, None)
     cfg = stage.TuneConfig(
         model=model,
         base=base,
         budget_min=budget_min,
         workload=Workload(concurrency, input_len, output_len, num_prompts),
         rounds=rounds,
+        window_s=window_s,
+        threshold=threshold,
+        headline_level=headline_level,
+        calibrate=calibrate,
         knobs=knobs or tuple(KNOBS),
         probe=probe_json,
         python=python,
         name=name,
-        noise_floor=floor,
-        noise_floor_source=source,
+        noise=given,
+        noise_source=source,
     )
     out = out or default_out("tune-results", "tune")
     outcome = stage.run_tune(cfg, out, say=lambda m: click.echo(m, err=True))
@@ -222,7 +260,7 @@ def ab_text(doc: AbDocument) -> str:
         lines += [f"{name} vs {doc['baseline']}: {agreement_text(a)}" for name, a in answers["sides"].items()]
     else:
         lines.append(f"same answers not compared: {answers['note']}")
-    lines.append(f"mode {doc['mode']}; noise floor {doc['noise_floor']['source']}; method: {doc['method']}")
+    lines.append(f"stopped: {doc['stopped_by']}; noise: {doc['noise']['source']}; mode {doc['mode']}")
     return "\n".join(lines)
 
 
@@ -235,9 +273,8 @@ def tune_text(doc: TuneDocument) -> str:
         rows.append(["final", "final", "done", doc["final"]["folder"]])
     lines = [table(["candidate", "stage", "status", "result"], rows)]
     lines += [f"not tested: {n}" for n in doc["not_tested"]]
-    lines += doc["load_notes"]
     if doc["profile"]:
         lines.append(f"winner: {doc['winner']}; profile written to {doc['profile']}")
     else:
-        lines.append("no profile written: nothing was measured that could choose one")
+        lines.append(f"no profile written: {doc['decision']}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from launcher.ab import answers, floor, sides, tune
+from launcher.ab import answers, calibration, sides, tune
 from launcher.ab import run as ab
 from launcher.ab.config import AbConfig, Workload
 from launcher.ab.document import read_ab
@@ -52,7 +52,10 @@ def test_config_and_set_parsing_reads_toml_values() -> None:
         pytest.param(["--a", "cpu", "--b", "cpu", "--set-b", "warp_speed=9"], "unknown setting", id="unknown-key"),
         pytest.param(["--a", "cpu", "--b", "nosuch"], "no profile named 'nosuch'", id="no-profile"),
         pytest.param(["--config", "x=cpu"], "at least two configurations", id="one-side"),
-        pytest.param(["--a", "cpu", "--b", "cpu", "--noise-floor", "7"], "not a fraction", id="bad-floor"),
+        pytest.param(["--a", "cpu", "--b", "cpu", "--noise", "7"], "--noise 7 is not a fraction", id="bad-noise"),
+        pytest.param(
+            ["--a", "cpu", "--b", "cpu", "--headline-level", "5"], "--headline-level 5 is not one", id="level"
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -67,11 +70,11 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_agreement_finds_the_first_divergence() -> None:
     same = answers.agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]])
-    assert same["identical"] == 2 and same["token_agreement"] == 1.0
+    assert same["identical"] == 2 and same["agreement"] == 1.0
     assert agreement_text(same) == "same answers: 2/2 greedy completions identical"
     diff = answers.agreement([[1, 2, 3, 4], [4, 5]], [[1, 2, 9, 9], [4, 5]])
     assert diff["first_divergence"] == [2, None]
-    assert diff["token_agreement"] == pytest.approx(4 / 6, abs=1e-3)
+    assert diff["agreement"] == pytest.approx(4 / 6, abs=1e-3)
     assert agreement_text(diff) == (
         "different answers: 1/2 identical, token agreement 67%, first divergence at tokens [2]"
     )
@@ -96,28 +99,26 @@ H200_SIDES = (Side("base", "cpu"), Side("eager", "cpu"))
 
 
 def rejudged(fixture: Path, out: Path) -> AbRun:
-    """A recorded H200 ab (schema nemolaunch.ab/1: its rounds are the same shape today) judged again by this
-    code, and written as ab.json to `out`."""
-    cfg = AbConfig(model="m", sides=H200_SIDES, workload=Workload(concurrency=(1, 64)), calibrate=True)
+    """A recorded H200 ab (schema nemolaunch.ab/1, whole-pass means; its passes are of another shape and left out)
+    judged again by this code, and written as ab.json to `out`."""
+    cfg = AbConfig(model="m", sides=H200_SIDES, workload=Workload(concurrency=(1, 64)), calibrate=True, rounds=3)
     run = AbRun(cfg, out, "co-resident", "test")
-    run.rounds = json.loads(fixture.read_text())["rounds"]
+    run.rounds = [{**r, "passes": []} for r in json.loads(fixture.read_text())["rounds"]]
+    run.planned_rounds = 3
+    out.mkdir(parents=True, exist_ok=True)
     run.write()
     return run
 
 
-def test_a_calibrated_ab_json_is_a_stored_floor(tmp_path: Path) -> None:
-    """The 3-round H200 ab of 2026-12-02 measured a floor per level: --noise-floor reads it back, and refuses a
-    run that did not calibrate."""
+def test_a_calibrated_ab_json_gives_its_noise_to_another_run(tmp_path: Path) -> None:
+    """The 3-round H200 ab of 2026-12-02 measured a noise per level: --noise reads it back."""
     run = rejudged(H200.parent / "gpu-h200-2026-12-02b" / "ab" / "ab.json", tmp_path)
-    floors, source = floor.load_noise_floor(str(tmp_path / "ab.json"))
-    measured, _ = run.floor()
-    assert source == str(tmp_path / "ab.json") and floors[64]["output_tok_s"] == measured[64]["output_tok_s"]
-    assert 0.05 < floors[64]["output_tok_s"] < 0.5  # the +-20% floor at c=64 that issue 26 starts from
-    uncalibrated = AbRun(AbConfig(model="m", sides=H200_SIDES), tmp_path / "x", "co-resident", "test")
-    (tmp_path / "x").mkdir()
-    uncalibrated.write()
-    with pytest.raises(BadInput, match=r"not an ab\.json of a calibrated run"):
-        floor.load_noise_floor(str(tmp_path / "x" / "ab.json"))
+    levels, source = calibration.parse_noise_option(str(tmp_path / "ab.json"))
+    measured, _ = run.noise()
+    assert source == str(tmp_path / "ab.json")
+    got, want = levels[64]["output_tok_s"], measured[64]["output_tok_s"]
+    assert want is not None and got.sd == pytest.approx(want.sd, abs=1e-5) and got.df == 2
+    assert 0.04 < got.sd < 0.10  # the 1-second passes at c=64 that issue 26 starts from
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,7 @@ def test_a_calibrated_ab_json_is_a_stored_floor(tmp_path: Path) -> None:
         pytest.param(lambda d: d.pop("rounds"), "rounds is missing", id="missing"),
         pytest.param(lambda d: d["rounds"][0].update(index="one"), "rounds[0].index must be an integer", id="type"),
         pytest.param(lambda d: d.update(status="done"), "status must be running or complete", id="status"),
-        pytest.param(lambda d: d.update(schema="nemolaunch.ab/1"), "schema must be 'nemolaunch.ab/2'", id="schema"),
+        pytest.param(lambda d: d.update(schema="nemolaunch.ab/1"), "schema must be 'nemolaunch.ab/3'", id="schema"),
         pytest.param(
             lambda d: d["verdicts"]["eager"]["64"]["output_tok_s"].update(kind="fast"),
             "verdicts.eager.64.output_tok_s.kind must be better or worse",
@@ -144,48 +145,45 @@ def test_a_damaged_ab_json_is_one_line_naming_the_field(edit: Any, message: str,
     assert message in got.value.message and str(tmp_path / "ab.json") in got.value.message
 
 
-def test_an_aa_run_of_one_round_gives_no_floor_and_cannot_be_reused(tmp_path: Path) -> None:
-    """The H200 ab of 2026-12-02 ran 1 round before its guard (base, eager and the A/A side): it measured no
-    floor, so its own verdicts use the default margin, and reusing it as a stored floor is refused (it once gave
-    tune's final a margin of 1%, as if a floor of 0 had been measured)."""
+def test_an_aa_of_one_round_measures_no_noise_and_cannot_be_reused(tmp_path: Path) -> None:
+    """The H200 ab of 2026-12-02 ran 1 round before its guard: no noise, said so; reusing it is refused."""
     run = rejudged(H200 / "ab" / "ab.json", tmp_path)
-    floors, source = run.floor()
-    assert "not measured yet" in source and all(v is None for lv in floors.values() for v in lv.values())
-    with pytest.raises(BadInput, match="measured no noise floor"):
-        floor.load_noise_floor(str(tmp_path / "ab.json"))
+    levels, source = run.noise()
+    assert source.startswith("not measured") and all(v is None for lv in levels.values() for v in lv.values())
+    with pytest.raises(BadInput, match="measured no noise"):
+        calibration.parse_noise_option(str(tmp_path / "ab.json"))
+    assert sentence(run.verdicts()["eager"]["64"]["output_tok_s"], "eager") == "1 valid round(s): not enough to judge"
 
 
-def test_the_h200_ab_of_three_rounds_calls_eager_slower_and_the_aa_its_floor(tmp_path: Path) -> None:
-    """The second H200 ab of 2026-12-02 (3 rounds, base / eager / base-again), re-judged from its recorded rounds:
-    eager slower outside the A/A's floor at both levels; the A/A never better or worse, and its line says it is
-    the floor, not "about 1 more round would decide" (its own interval is the margin: no round count decides)."""
-    fixture = H200.parent / "gpu-h200-2026-12-02b" / "ab" / "ab.json"
-    recorded = json.loads(fixture.read_text())
-    got = rejudged(fixture, tmp_path).verdicts()
+def test_the_h200_ab_of_three_rounds_calls_eager_slower_and_the_aa_the_noise(tmp_path: Path) -> None:
+    got = rejudged(H200.parent / "gpu-h200-2026-12-02b" / "ab" / "ab.json", tmp_path).verdicts()
     for c in ("1", "64"):
         eager, aa = got["eager"][c]["output_tok_s"], got["base-again"][c]["output_tok_s"]
-        text, aa_text = sentence(eager, "eager"), sentence(aa, "base-again")
-        assert eager["kind"] == "worse" and "outside the noise" in text, text
-        assert aa["kind"] == "noise" and aa["more_rounds"] is None
-        assert "sets this run's noise floor" in aa_text and "more round" not in aa_text, aa_text
-        assert text == recorded["verdicts"]["eager"][c]["output_tok_s"]["text"]  # the run's own verdict then
+        text = sentence(eager, "eager")
+        assert eager["kind"] == "worse" and "beyond the 2.0% threshold" in text and "A/A this run" in text, text
+        assert eager["headline"] == (c == "64") and aa["kind"] == "noise" and not aa["headline"]
+        assert sentence(aa, "base-again").startswith("A/A (the baseline against itself): spread")
 
 
-def test_a_stored_floor_missing_a_metric_leaves_it_at_the_default_margin(tmp_path: Path) -> None:
-    pair = (Side("base", "cpu"), Side("b", "cpu"))
-    cfg = AbConfig(model="m", sides=pair, workload=Workload(concurrency=(1, 64)),
-                   noise_floor={1: {"output_tok_s": 0.02}}, noise_floor_source="stored")  # fmt: skip
-    floors, _ = AbRun(cfg, tmp_path, "co-resident", "test").floor()
-    assert floors[1]["output_tok_s"] == 0.02 and floors[64]["output_tok_s"] == 0.02  # the widest measured
-    assert floors[1]["tpot_ms"] is None and floors[64]["ttft_ms"] is None  # never measured: not a floor of 0
+def test_a_given_noise_applies_to_every_level(tmp_path: Path) -> None:
+    levels, source = calibration.parse_noise_option("0.015")
+    cfg = AbConfig(model="m", sides=(Side("base", "cpu"), Side("b", "cpu")), workload=Workload(concurrency=(1, 64)),
+                   noise=levels, noise_source=source)  # fmt: skip
+    noise, said = AbRun(cfg, tmp_path, "co-resident", "test").noise()
+    assert said == "--noise 0.015" and all(
+        n is not None and n.sd == 0.015 for lv in noise.values() for n in lv.values()
+    )
 
 
-def test_tune_hands_a_stored_noise_floor_to_its_final_ab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = tune.TuneConfig(model="m", noise_floor={64: {"output_tok_s": 0.02}}, noise_floor_source="ab.json")
-    made = tune._ab_config(cfg, (Side("base", "cpu"),), 3)
-    assert made.noise_floor == {64: {"output_tok_s": 0.02}} and made.noise_floor_source == "ab.json"
-    assert cfg.digest() != tune.TuneConfig(model="m").digest()  # a resumed run must use the same floor
-    code = main(["tune", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--noise-floor", "7"])
+def test_tune_hands_its_noise_to_its_final_and_a_bad_noise_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    levels, source = calibration.parse_noise_option("0.02")
+    cfg = tune.TuneConfig(model="m", noise=levels, noise_source=source)
+    made = cfg.ab((Side("base", "cpu"), Side("x", "cpu")), 3, 10.0, False)
+    assert made.noise == levels and made.noise_source == "--noise 0.02" and made.budget_min == 10.0
+    assert cfg.digest() != tune.TuneConfig(model="m").digest()  # a resumed run must use the same noise
+    code = main(["tune", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--noise", "7"])
     err = capsys.readouterr().err
     assert code == 2 and "not a fraction" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
@@ -230,8 +228,11 @@ class FakePool:
         self.url = url
         self.started: list[str] = []
 
-    def preflight(self, sides: Any) -> None:
-        pass
+    def preflight(self, sides: Any) -> str:
+        return "0.0-fake"
+
+    def pids(self) -> set[int]:
+        return set()
 
     def ensure(self, side: Side) -> tuple[Up, bool]:
         fresh = side.name not in self.started
@@ -246,29 +247,33 @@ class FakePool:
         pass
 
 
-def test_a_rerun_with_the_same_out_continues_the_run(tmp_path: Path) -> None:
+FAST = {"warmup_passes": 1, "window_s": 1.0}
+
+
+def test_a_run_writes_its_passes_windows_and_stops_as_planned(tmp_path: Path) -> None:
+    """Against the fake server (no engine): every pass is a bench folder at one level with its steady window, the
+    rounds stop when planned, and a complete run is not run again into the same folder."""
     from tests.fake_server import serving
     from tests.helpers import free_port
 
     pair = (Side("A", "cpu"), Side("B", "cpu", {"max_num_seqs": 8}))
-    cfg = AbConfig("m", pair, Workload((2,), input_len=8, output_len=4, num_prompts=8), rounds=1, mode="restart")
+    cfg = AbConfig("m", pair, Workload((2,), input_len=8, output_len=8, num_prompts=8), rounds=2, **FAST)
     out = tmp_path / "run"
     with serving(free_port()) as url:
         first = ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
-        assert first.code == 0 and len(first.doc["rounds"]) == 1
-        kept = first.doc["rounds"][0]
-        # an interrupted second round left a pass folder behind: the rerun must not overwrite it
-        stale_pass = out / "passes" / "r2-1-B"
-        stale_pass.mkdir(parents=True)
-        more = ab.run_ab(dataclasses.replace(cfg, rounds=2), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
-        assert more.code == 0 and len(more.doc["rounds"]) == 2
-        assert more.doc["rounds"][0] == kept
-        assert more.doc["rounds"][1]["passes"][0]["folder"] == "passes/r2-1-B-2"
-        assert not any(stale_pass.iterdir())
-        with pytest.raises(BadInput, match="complete ab run of 2"):
-            ab.run_ab(dataclasses.replace(cfg, rounds=2), out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        assert first.code == 0 and len(first.doc["rounds"]) == 2 and first.doc["planned_rounds"] == 2
+        assert first.doc["stopped_by"] == "the 2 planned rounds are done"
+        passes = first.doc["rounds"][1]["passes"]
+        assert [p["folder"] for p in passes] == [f"passes/r2-c2-{i}-{n}" for i, n in enumerate("BAAB", 1)]
+        window = passes[0]["window"]
+        assert window is not None and window["requests"] > 0 and window["end_s"] > window["start_s"]
+        assert passes[0]["prefix_reset"] == "not reset: HTTP 404"  # the fake has no dev endpoints
+        assert [w["level"] for w in first.doc["warmups"]] == [2, 2]  # one warm-up per fresh server and level
+        assert (out / "report.md").is_file() and "## Warm-up per server start" in (out / "report.md").read_text()
+        with pytest.raises(BadInput, match="holds a complete ab run"):
+            ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        other = dataclasses.replace(cfg, workload=Workload((2,), 9, 8, 8))
         with pytest.raises(BadInput, match="other settings"):
-            other = dataclasses.replace(cfg, rounds=3, workload=Workload((2,), 9, 4, 8))
             ab.run_ab(other, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
 
 

@@ -74,6 +74,9 @@ class DyingPool:
     def preflight(self, sides: Any) -> None:
         pass
 
+    def pids(self) -> set[int]:
+        return set()
+
     def ensure(self, side: Side) -> tuple[Up, bool]:
         info = {"argv": ["vllm", "--load-format", "dummy"], "profile": side.profile_ref}
         if side.name == "A":
@@ -98,7 +101,8 @@ class DyingPool:
 def test_a_server_dying_between_passes_ends_with_a_report(tmp_path: Path) -> None:
     """Trust case V4: a server gone between passes aborted ab with exit 3 and "give its address with --url",
     ab.json left "running" and no report. Now that side died: out of the run, the rest judged, exit 1."""
-    cfg = AbConfig("m", (Side("A", "cpu"), Side("B", "cpu")), Workload((2,), 8, 4, 8, 0), rounds=2, warmup_passes=0)
+    cfg = AbConfig("m", (Side("A", "cpu"), Side("B", "cpu")), Workload((2,), 8, 4, 8), rounds=2, warmup_passes=0,
+                   window_s=1.0)  # fmt: skip
     with serving(free_port()) as url:
         pool = DyingPool(url)
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, pool)  # type: ignore[arg-type]
@@ -114,14 +118,14 @@ def test_a_run_whose_profile_changed_is_not_continued(tmp_path: Path) -> None:
     """Trust case V5: rounds of an edited profile were averaged with the old ones (the digest covered its name)."""
     profile = tmp_path / "b.toml"
     profile.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
-    cfg = AbConfig("m", (Side("A", "cpu"), Side("B", str(profile))), Workload((2,), 8, 4, 8, 0), rounds=1,
-                   warmup_passes=0)  # fmt: skip
+    cfg = AbConfig("m", (Side("A", "cpu"), Side("B", str(profile))), Workload((2,), 8, 4, 8), rounds=2,
+                   warmup_passes=0, window_s=1.0)  # fmt: skip
     with serving(free_port()) as url:
         from tests.ab.test_ab import FakePool
 
         assert ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url)).code == 0  # type: ignore[arg-type]
         profile.write_text(profile.read_text().replace("2048", "1024"))
-        more = AbConfig(**{**cfg.__dict__, "rounds": 2})
+        more = AbConfig(**{**cfg.__dict__, "rounds": 3})
         with pytest.raises(BadInput, match="a profile's contents or the engine differ"):
             ab.run_ab(more, tmp_path / "o", lambda m: None, FakePool(url))  # type: ignore[arg-type]
 

@@ -1,0 +1,58 @@
+"""A fresh server's warm-up, and each level's pass length: passes with prompts the measured passes never send
+(other seeds), at the measured concurrency, until throughput stops drifting (CoV of the last one-second bins under
+the limit: Georges et al.'s rule) or the passes allowed are spent; then every level's window is sized so that the
+slowest side completes enough requests inside it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from launcher.ab.config import WARM_COV
+from launcher.ab.guard import compiled_during, log_offset
+from launcher.ab.measure import bench_pass, pass_folder
+from launcher.ab.servers import ServerPool, Up, reset_prefix_cache
+from launcher.ab.state import AbRun
+from launcher.ab.window import MIN_LATENCIES, MIN_REQUESTS_PER_STREAM, drift, settled
+
+Say = Callable[[str], None]
+WARMUP_SEED = 1000  # warm-up prompts come from seeds the measured passes never use
+MAX_WINDOW_S = 600.0
+
+
+def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say) -> None:
+    """A fresh server at every level: passes with prompts the measured passes never send, until its throughput
+    stops drifting (CoV of the last throughput bins under the limit) or the passes allowed are spent."""
+    start = len(run.states[name].startups_s)
+    for c in run.cfg.workload.concurrency:
+        cov, done, k = None, False, 0
+        for k in range(1, run.cfg.warmup_passes + 1):
+            reset_prefix_cache(up)
+            since = log_offset(up.log)
+            folder = pass_folder(run, f"warmup-{name}-{start}-c{c}-{k}")
+            result = bench_pass(run, up, folder, name, c, WARMUP_SEED + k, run.windows.get(c, run.cfg.window_s))
+            if result.window is not None and result.window.requests:
+                run.paces[(name, c)] = (result.window.requests / result.window.seconds, result.window.latency_s)
+            bins = result.window.bins if result.window else ()
+            cov = drift(bins)
+            done = settled(bins, WARM_COV) and not compiled_during(up.log, since)
+            if done:
+                break
+        run.warmups.append({"side": name, "start": start, "level": c, "passes": k, "settled": done,
+                            "cov": None if cov is None else round(cov, 4)})  # fmt: skip
+        if run.cfg.warmup_passes and not done:
+            say(f"{name}: c={c} still drifting after {k} warm-up pass(es); measuring anyway (the report says so)")
+
+
+def size_windows(run: AbRun, say: Say) -> None:
+    """Each level's pass length, fixed once every side has warmed up there: long enough that the slowest side
+    completes 10 x concurrency requests and 5 request latencies inside the window (with a fifth more to spare),
+    and never under --window."""
+    for c in run.cfg.workload.concurrency:
+        paces = [pace for (side, level), pace in run.paces.items() if level == c]
+        if c in run.windows or not paces:
+            continue
+        need = max(max(MIN_REQUESTS_PER_STREAM * c / rate, MIN_LATENCIES * latency) for rate, latency in paces) * 1.2
+        run.windows[c] = min(MAX_WINDOW_S, max(run.cfg.window_s, math.ceil(need * 2) / 2))
+        if run.windows[c] > run.cfg.window_s:
+            say(f"ab: c={c}: passes hold the load {run.windows[c]:g} s (the slowest side needs that for its window)")
