@@ -90,10 +90,12 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
         _infeasible(run, name, e, say)
         return None
     st.status, st.served = "ok", up.info
-    if fresh or name in run.fresh:  # a server another run started (tune's pool) is warm already
+    if fresh or name in run.fresh:
         run.fresh.discard(name)
         st.startups_s.append(round(up.startup_s, 1))
-        warm_up(run, pool, up, name, say)
+        warm_up(run, pool, up, name, say, run.cfg.warmup_passes)
+    elif not any(side == name for side, _ in run.paces):  # warm from another run (tune's pool): one pass to pace it
+        warm_up(run, pool, up, name, say, min(1, run.cfg.warmup_passes))
     if st.answers is None and st.answers_error is None and run.cfg.same_answers and not dummy_weights(up.info["argv"]):
         try:
             st.answers = greedy_answers(up.url, up.served_model, up.api_key)
@@ -158,7 +160,7 @@ def _plan(run: AbRun, started: float, round_s: float) -> None:
     if run.cfg.budget_min is not None:
         left = run.cfg.budget_min * 60 - (time.monotonic() - started)
         rounds = min(rounds, len(run.rounds) + max(0, math.floor(left / max(round_s, 1e-3))))
-    run.planned_rounds = max(2, rounds)
+    run.planned_rounds = max(min(2, run.cfg.rounds), rounds)  # a look needs 2 rounds; a screening asks for 1
 
 
 def _rounds(run: AbRun, pool: ServerPool, say: Say) -> None:

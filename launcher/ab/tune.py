@@ -165,7 +165,7 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
         if final is not None and doc["winner"] and doc["winner"] != "base" and not interrupted:
             doc["profile"] = str(write_tuned_profile(cfg, out, base, state.data, final, doc, skipped))
         write_json(out / "tune.json", doc)
-    return TuneOutcome(*_ending(doc, final is not None, interrupted), doc)
+    return TuneOutcome(*_ending(doc, doc["winner"] is not None, interrupted), doc)
 
 
 def _ending(doc: TuneDocument, measured: bool, interrupted: bool) -> tuple[int, str]:
@@ -298,17 +298,19 @@ def _final_doc(out: Path, final: FinalDoc | None) -> AbDocument | None:
     return read_ab(out / final["folder"] / "ab.json") if final else None
 
 
-def decide(final_doc: AbDocument, names: dict[str, str], overrides: dict[str, int]) -> tuple[str, str]:
+def decide(final_doc: AbDocument, names: dict[str, str], overrides: dict[str, int]) -> tuple[str | None, str]:
     """The winner and why: among the sides whose headline is "better", the fastest; one within the threshold of it
-    with fewer overrides wins instead (a tie); none better: the base stays."""
+    with fewer overrides wins instead (a tie); none better: the base stays; none judged at all: no winner."""
     c = str(final_doc["headline_level"])
-    better = [(names[s], v[c]["output_tok_s"]) for s, v in final_doc["verdicts"].items()
-              if s in names and v[c]["output_tok_s"]["kind"] == "better"]  # fmt: skip
+    judged = {names[s]: v[c]["output_tok_s"] for s, v in final_doc["verdicts"].items() if s in names}
+    if not any(v["kind"] != "insufficient" for v in judged.values()):
+        dropped = sorted({d for v in judged.values() for d in v["dropped"]})
+        why = f": {dropped[0]}" + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "") if dropped else ""
+        return None, f"nothing measured enough to choose: the final judged no headline (c={c}){why}"
+    better = [(n, v) for n, v in judged.items() if v["kind"] == "better"]
     if not better:
-        return (
-            "base",
-            f"the base stays: no candidate's headline (c={c}) cleared the {final_doc['threshold']:.1%} threshold",
-        )
+        threshold = f"{final_doc['threshold']:.1%}"
+        return "base", f"the base stays: no candidate's headline (c={c}) cleared the {threshold} threshold"
     best_mean = max(v["mean"] or 0 for _, v in better)
     close = [(n, v) for n, v in better if (v["mean"] or 0) * (1 + final_doc["threshold"]) >= best_mean]
     name, v = min(close, key=lambda nv: (overrides.get(nv[0], 0), -(nv[1]["mean"] or 0)))

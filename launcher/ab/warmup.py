@@ -20,13 +20,14 @@ WARMUP_SEED = 1000  # warm-up prompts come from seeds the measured passes never 
 MAX_WINDOW_S = 600.0
 
 
-def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say) -> None:
-    """A fresh server at every level: passes with prompts the measured passes never send, until its throughput
-    stops drifting (CoV of the last throughput bins under the limit) or the passes allowed are spent."""
+def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say, passes: int) -> None:
+    """A server at every level: passes with prompts the measured passes never send, until its throughput stops
+    drifting (CoV of the last throughput bins under the limit) or `passes` are spent. Each pass also paces the
+    side (its requests per second and latency), which sizes the windows."""
     start = len(run.states[name].startups_s)
     for c in run.cfg.workload.concurrency:
         cov, done, k = None, False, 0
-        for k in range(1, run.cfg.warmup_passes + 1):
+        for k in range(1, passes + 1):
             reset_prefix_cache(up)
             since = log_offset(up.log)
             folder = pass_folder(run, f"warmup-{name}-{start}-c{c}-{k}")
@@ -40,7 +41,7 @@ def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say) -> None:
                 break
         run.warmups.append({"side": name, "start": start, "level": c, "passes": k, "settled": done,
                             "cov": None if cov is None else round(cov, 4)})  # fmt: skip
-        if run.cfg.warmup_passes and not done:
+        if passes and not done:
             say(f"{name}: c={c} still drifting after {k} warm-up pass(es); measuring anyway (the report says so)")
 
 

@@ -40,6 +40,7 @@ class Run:
     doc: dict[str, Any]
     out: Path
     leftover: list[str]
+    env: dict[str, str]
 
 
 def _wait_for(path: Path, test: Any, proc: subprocess.Popen[str], timeout_s: float) -> None:
@@ -71,6 +72,8 @@ def _cmdline(p: psutil.Process) -> list[str]:
 @pytest.fixture(scope="module")
 def resumed(engine_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("ab") / "run"
+    # the A/A's noise is stored for this machine under the cache folder: keep the test's out of the user's
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache"))}
     argv = [sys.executable, "-m", "launcher", "ab", "--model", str(tiny_model), "--python", str(engine_python)]
     argv += ["--config", "slow=cpu,max_num_seqs=1", "--config", "fast=cpu", "--config", "bad=cpu,max_model_len=100000"]
     argv += ["--calibrate", "--rounds", "6", *WORKLOAD, "--out", str(out)]
@@ -79,7 +82,7 @@ def resumed(engine_python: Path, tiny_model: Path, tmp_path_factory: pytest.Temp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ.copy(),
+        env=env,
         # a job started in the background of a script inherits SIGINT ignored: give the child Ctrl-C back
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
@@ -92,9 +95,10 @@ def resumed(engine_python: Path, tiny_model: Path, tmp_path_factory: pytest.Temp
             proc.kill()
             proc.communicate()
     first = json.loads((out / "ab.json").read_text())
-    again = subprocess.run(argv, capture_output=True, text=True, env=os.environ.copy(), timeout=1500)
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1500)
     doc = json.loads((out / "ab.json").read_text())
-    return Run(proc.returncode, first_stderr, first, again.returncode, again.stdout, again.stderr, doc, out, _ours(doc))
+    return Run(proc.returncode, first_stderr, first, again.returncode, again.stdout, again.stderr, doc, out,
+               _ours(doc), env)  # fmt: skip
 
 
 def test_an_interrupted_run_keeps_its_round_and_stops_every_server(resumed: Run) -> None:
@@ -122,6 +126,12 @@ def test_max_num_seqs_1_at_concurrency_8_is_decided(resumed: Run) -> None:
 def test_an_aa_is_never_judged_faster(resumed: Run) -> None:
     aa = resumed.doc["verdicts"]["slow-again"]["8"]
     assert all(aa[m]["kind"] in ("noise", "insufficient") and not aa[m]["headline"] for m in aa), aa
+
+
+def test_the_aa_noise_is_stored_for_this_machine(resumed: Run) -> None:
+    assert resumed.doc["noise"]["source"] == "A/A this run" and resumed.doc["noise"]["measured"]
+    stored = list(Path(resumed.env["XDG_CACHE_HOME"], "nemolaunch", "noise").glob("*.json"))
+    assert len(stored) == 1 and json.loads(stored[0].read_text())["key"]["concurrency"] == 8
 
 
 def test_a_side_that_cannot_start_is_infeasible_with_its_diagnosis(resumed: Run) -> None:
