@@ -212,8 +212,9 @@ def _verdict(r: Reader, v: Any, at: str) -> None:
     r.table(v, at)
     _choice(r, r.get(v, "kind", f"{at}."), f"{at}.kind", KINDS)
     r.integer(r.get(v, "n", f"{at}."), f"{at}.n", least=0)
-    for key in ("mean", "lo", "hi"):
+    for key in ("mean", "hi"):
         r.number(r.get(v, key, f"{at}."), f"{at}.{key}", positive=True)
+    r.number(r.get(v, "lo", f"{at}."), f"{at}.lo")  # a wide interval's lower bound rounds to 0
     r.number(r.get(v, "level", f"{at}."), f"{at}.level", positive=True, optional=False)
     r.number(r.get(v, "threshold", f"{at}."), f"{at}.threshold", optional=False)
     r.number(r.get(v, "noise", f"{at}."), f"{at}.noise")

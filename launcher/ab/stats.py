@@ -123,7 +123,7 @@ def interval(ratios: list[float], level: float = ALPHA, measured: Noise | None =
         df += measured.df
     sd = math.sqrt(own / df) if df else 0.0
     se = math.sqrt(sd**2 / n + (measured.bias_var if measured else 0.0))
-    half = float(stats.t.ppf(1 - level / 2, df)) * se if se > 0 else 0.0
+    half = min(float(stats.t.ppf(1 - level / 2, df)) * se, 50.0) if se > 0 else 0.0  # e^50: no bound at all
     return Interval(n, math.exp(mean), math.exp(mean - half), math.exp(mean + half), sd, df)
 
 
