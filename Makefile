@@ -23,6 +23,7 @@ venv: $(BIN)/nemolaunch
 $(BIN)/nemolaunch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev,ray]'
+	-git config core.hooksPath .githooks  # the commit-msg hook: subjects of at most 72 characters
 	touch $@
 
 # The vLLM CPU engine, installed from the hashed lock (no resolver at install time). The folder is named by
