@@ -105,13 +105,20 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
     return up
 
 
-def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
+class BudgetSpent(Exception):
+    """The server starts and warm-ups used the whole budget before the first measured pass."""
+
+
+def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say, deadline: float | None) -> float:
     """One order-balanced block at each level; a side that dies leaves the run, the others go on."""
     _start_all(run, pool, say)
     if pool.mode == "co-resident":  # every server up and warm before the first pass: the windows can be sized
         for name in run.live_names():
             _start(run, pool, name, say)
         size_windows(run, say)
+    if deadline is not None and not run.rounds and time.monotonic() > deadline:
+        raise BudgetSpent
+    measured_from = time.monotonic()
     rnd: RoundDoc = {"index": r + 1, "order": block_order(run.live_names(), r), "passes": [], "means": {}}
     values: dict[str, dict[int, list[Values]]] = {}  # side -> level -> its passes' values
     for c in run.cfg.workload.concurrency:
@@ -140,6 +147,7 @@ def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say) -> None:
         v = judged.get(name, {}).get(str(run.cfg.headline), {}).get("output_tok_s")
         if v is not None:
             say(f"round {r + 1}: {name} vs {run.base} at c={run.cfg.headline}: {sentence(v, name)}")
+    return time.monotonic() - measured_from
 
 
 def _block_mean(got: list[Values]) -> dict[str, float] | None:
@@ -151,25 +159,29 @@ def _block_mean(got: list[Values]) -> dict[str, float] | None:
     return {m: sum(float(g[m] or 0) for g in valid) / len(valid) for m in METRICS if all(g.get(m) for g in valid)}
 
 
-def _plan(run: AbRun, started: float, round_s: float) -> None:
+def _plan(run: AbRun, deadline: float | None, round_s: float) -> None:
     """The rounds planned, fixed before the first look (its boundary depends on them): the most asked, or what
     the budget holds at the pace of the first round."""
     if run.planned_rounds is not None:
         return
     rounds = run.cfg.rounds
-    if run.cfg.budget_min is not None:
-        left = run.cfg.budget_min * 60 - (time.monotonic() - started)
+    if deadline is not None:
+        left = deadline - time.monotonic()
         rounds = min(rounds, len(run.rounds) + max(0, math.floor(left / max(round_s, 1e-3))))
     run.planned_rounds = max(min(2, run.cfg.rounds), rounds)  # a look needs 2 rounds; a screening asks for 1
 
 
-def _rounds(run: AbRun, pool: ServerPool, say: Say) -> None:
-    started = time.monotonic()
+def _rounds(run: AbRun, pool: ServerPool, say: Say, began: float) -> None:
+    """Rounds until the rule stops them; the budget counts from the command's start (server starts included)."""
+    deadline = began + run.cfg.budget_min * 60 if run.cfg.budget_min is not None else None
     while len(run.rounds) < (run.planned_rounds or run.cfg.rounds):
-        before = time.monotonic()
-        _one_round(run, pool, len(run.rounds), say)
-        round_s = time.monotonic() - before
-        _plan(run, started, round_s)
+        try:
+            round_s = _one_round(run, pool, len(run.rounds), say, deadline)
+        except BudgetSpent:
+            spent = time.monotonic() - began
+            run.stopped_by = f"budget: server starts and warm-ups took {spent:.0f} s of it, before any measured round"
+            return
+        _plan(run, deadline, round_s)
         if run.states[run.base].status != "ok" or len(run.live_names()) < 2:
             run.stopped_by = "too few sides left to compare"
             return
@@ -177,8 +189,8 @@ def _rounds(run: AbRun, pool: ServerPool, say: Say) -> None:
         if n >= 2 and run.decided():
             run.stopped_by = f"decided after round {n}: every headline cleared the threshold or fell within it"
             return
-        if run.cfg.budget_min is not None and n < (run.planned_rounds or 0):
-            left = run.cfg.budget_min * 60 - (time.monotonic() - started)
+        if deadline is not None and n < (run.planned_rounds or 0):
+            left = deadline - time.monotonic()
             if left < round_s:
                 run.stopped_by = f"budget: another round takes about {round_s:.0f} s, {max(0, left):.0f} s left"
                 return
@@ -190,6 +202,7 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     judged, servers are stopped; exit 130."""
     from launcher.serve.lifetime import interrupts
 
+    began = time.monotonic()
     check_workload(cfg)
     digest = run_digest(cfg)
     mode, reason = choose_mode(cfg.mode, cfg.sides)
@@ -212,7 +225,7 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
         run.write()
         try:
             with interrupts():
-                _rounds(run, pool, say)
+                _rounds(run, pool, say, began)
             run.status = "complete"
         except KeyboardInterrupt:
             run.status, run.stopped_by = "interrupted", "interrupted"

@@ -297,3 +297,15 @@ def test_ab_sends_the_servers_api_key(tmp_path: Path) -> None:
         except ValueError:
             pass
         assert url.state["served"] >= 1  # the keyed request reached the completions handler
+
+
+def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_path: Path) -> None:
+    from tests.fake_server import serving
+    from tests.helpers import free_port
+
+    pair = (Side("A", "cpu"), Side("B", "cpu"))
+    cfg = AbConfig("m", pair, Workload((2,), 8, 8, 8), budget_min=0.01, **FAST)  # 0.6 s: less than the warm-ups
+    with serving(free_port()) as url:
+        outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url))  # type: ignore[arg-type]
+    assert outcome.doc["rounds"] == [] and outcome.doc["status"] == "complete"
+    assert outcome.doc["stopped_by"].startswith("budget: server starts and warm-ups took")
