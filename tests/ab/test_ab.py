@@ -303,9 +303,17 @@ def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_p
     from tests.fake_server import serving
     from tests.helpers import free_port
 
+    class Together(FakePool):
+        """Co-resident: every server up and warmed before the round's first pass (each warm-up pass takes 1 s)."""
+
+        mode = "co-resident"
+
+        def start(self, sides: Any) -> dict[str, Up]:
+            return {}  # ensure() 'starts' each, fresh
+
     pair = (Side("A", "cpu"), Side("B", "cpu"))
     cfg = AbConfig("m", pair, Workload((2,), 8, 8, 8), budget_min=0.01, **FAST)  # 0.6 s: less than the warm-ups
     with serving(free_port()) as url:
-        outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url))  # type: ignore[arg-type]
+        outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, Together(url))  # type: ignore[arg-type]
     assert outcome.doc["rounds"] == [] and outcome.doc["status"] == "complete"
     assert outcome.doc["stopped_by"].startswith("budget: server starts and warm-ups took")
