@@ -115,7 +115,20 @@ def test_ab_ended_between_passes_stops_both_servers(engine: Path, tmp_path: Path
     """ab's SIGTERM after its first round (where bench's sweep used to leave SIG_DFL behind: exit 143, two servers
     left): exit 130, both servers stopped, ab.json says interrupted."""
     args = ["ab", "--model", "MODEL", "--a", "cpu", "--b", "cpu", "--set-b", "max_num_seqs=2", "--concurrency", "2"]
-    args += ["--rounds", "20", "--input-len", "16", "--output-len", "8", "--num-prompts", "2", "--warmup", "0"]
+    args += [
+        "--rounds",
+        "20",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--num-prompts",
+        "2",
+        "--warmup-passes",
+        "0",
+        "--window",
+        "1",
+    ]
     proc = nemolaunch(tmp_path, *args, "--python", str(engine), "--out", str(tmp_path / "ab"))
     try:
         wait_line(proc, "round 1:")
