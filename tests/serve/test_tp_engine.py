@@ -40,21 +40,20 @@ def test_tp2_serves_a_streamed_completion_and_leaves_nothing(
     profile = tmp_path / "cpu-tp2.toml"
     profile.write_text(TP2_PROFILE)
     log = tmp_path / "vllm.log"
-    before = {p.pid for p in psutil.process_iter()}
+    mark = (
+        f"tp2-{os.getpid()}-{free_port()}"  # every process of this run inherits it; a test run beside this one does not
+    )
     argv = [sys.executable, "-m", "launcher", "serve", "--profile", str(profile), "--model", str(tiny_model)]
     argv += ["--python", str(engine_python), "--port", str(free_port()), "--smoke", "--quiet", "--log-file", str(log)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=os.environ)
+    env = {**os.environ, "NEMOLAUNCH_TEST_MARK": mark}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "smoke test: one streamed completion of 16 tokens" in done.stderr
     text = log.read_text()
     assert "--tensor-parallel-size" in text or "tensor_parallel_size=2" in text
     assert "local_rank=0, core ids=[0]" in text and "local_rank=1, core ids=[1]" in text
     assert "Worker_TP1" in text or "rank=1 local_rank=1" in text
-    left = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and "vllm" in " ".join(p.info["cmdline"] or []).lower()
-    ]
+    left = [p for p in psutil.process_iter(["cmdline"]) if _marked(p, mark)]
     assert not left, f"processes left: {[(p.pid, p.info['cmdline']) for p in left]}"
 
 
@@ -79,3 +78,10 @@ def test_multi_node_flags_are_known_to_the_installed_vllm(
     plan = make_plan(str(profile), "/m", engine_python, "127.0.0.1", 8000, None, node_rank)
     assert plan.verified and plan.rendered.env["VLLM_HOST_IP"] == f"10.0.0.{node_rank + 1}"
     assert ("--headless" in plan.argv) == bool(node_rank)
+
+
+def _marked(p: psutil.Process, mark: str) -> bool:
+    try:
+        return p.environ().get("NEMOLAUNCH_TEST_MARK") == mark
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
