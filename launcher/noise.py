@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from scipy import stats
-
 Position = Literal["above", "below", "within", "straddles"]
 # the smallest change worth acting on, unless the user says otherwise: a 2% throughput change is about what a
 # profile flag is worth keeping for (vLLM's recipes prefer fewer overrides within 1%; criterion's noise threshold is
@@ -45,5 +43,7 @@ def unpaired_interval(
     if se == 0:
         return math.exp(log_ratio), math.exp(log_ratio)
     df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    from scipy import stats  # heavy (~0.9 s): imported here, off the --help path
+
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     return math.exp(log_ratio - half), math.exp(log_ratio + half)
