@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ab v2 on the H200 (vLLM 0.26 importable as python3, gpu/README.md), from the repository root, in the background:
 #   nohup bash benchmarks/gpu_ab.sh all OUTDIR > OUTDIR.log 2>&1 &
-# Stages (each its own command; `all` runs fp8 then moe, ~16 min of device time):
+# Stages (each its own command; `all` runs fp8, nano, then moe, ~21 min of device time):
 #   fp8   ~8 min: dummy Llama-3.1-8B shape, online FP8, three co-resident servers started together: base (vLLM's FP8
 #         kernel on SM90: CUTLASS), torch (disabled_kernels=[CutlassFP8ScaledMMLinearKernel]: per-tensor torch
 #         scaled-mm) and base-again (--calibrate: the A/A). c=1,32,64, headline c=64. Measures the A/A spread per
@@ -10,6 +10,10 @@
 #         moe_backend=marlin, co-resident, c=1,8,32,64, headline c=32. No A/A (a fourth 30 GB server does not fit
 #         beside three), so its verdicts say "noise not measured" unless a noise stored for this machine, model and
 #         window matches.
+#   nano  ~6 min: issue 27's graphs-vs-eager question on the dummy Nemotron 3 Nano 30B-A3B shape as released
+#         (NVFP4 experts, FP8 KV), served with profiles/sm120.toml's flags of record co-resident: graphs (the
+#         profile) against eager (cuda_graphs=false), c=1,8,32, headline c=1 (the seed's 27 vs 97 tok/s). No
+#         NVFP4 MoE backend ab: on SM90 only Marlin runs (probe, 2026-12-03), so there is no second backend.
 #   tune  ~6 min (optional): tune from the 2026-12-01 probe's close call, the final against the fp8 stage's noise.
 # All with ab's defaults (5 s steady windows, 2% threshold, Pocock-corrected looks, up to 8 rounds) and --budget,
 # so each stage ends on time; a wall-clock guard (SIGTERM: nemolaunch keeps the completed rounds) backs it up.
@@ -23,9 +27,9 @@
 set -u
 what=${1:-}
 out=${2:-}
-case $what in fp8|moe|tune|all) ;; *) what= ;; esac
+case $what in fp8|moe|nano|tune|all) ;; *) what= ;; esac
 if [ -z "$out" ] || [ -z "$what" ]; then
-  echo "usage: gpu_ab.sh fp8|moe|tune|all OUTDIR" >&2
+  echo "usage: gpu_ab.sh fp8|moe|nano|tune|all OUTDIR" >&2
   exit 2
 fi
 mkdir -p "$out"
@@ -48,6 +52,10 @@ if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then  # rehearsal: same commands, CPU-sized
   moe_sets=('max_num_seqs=2' 'max_num_seqs=4')
   budget_fp8=${GPU_AB_BUDGET_MIN:-8}
   budget_moe=${GPU_AB_BUDGET_MIN:-8}
+  nano=$GPU_AB_CPU_MODEL
+  nano_levels=1,8
+  nano_headline=1
+  budget_nano=${GPU_AB_BUDGET_MIN:-8}
 else
   engine=python3
   dense=${GPU_AB_DENSE:-$work/llama-3.1-8b-fp8}
@@ -62,6 +70,10 @@ else
   # fp8: 3 starts together (~150 s cold), warm-up (3 sides x 3 levels, 1-3 passes of ~7 s), rounds of ~130 s
   budget_fp8=${GPU_AB_BUDGET_MIN:-7.5}
   budget_moe=${GPU_AB_BUDGET_MIN:-7.5}
+  nano=${GPU_AB_NANO:-$work/nemotron-3-nano-30b-a3b-nvfp4}
+  nano_levels=1,8,32
+  nano_headline=1
+  budget_nano=${GPU_AB_BUDGET_MIN:-6}
 fi
 
 profile() {  # FILE DESCRIPTION: 4096 context, CUDA graphs
@@ -135,6 +147,20 @@ moe_stage() {
     --config "triton=$work/moe.toml,${moe_sets[0]}" --config "marlin=$work/moe.toml,${moe_sets[1]}" \
     --concurrency "$moe_levels" --headline-level "$moe_headline"
 }
+nano_stage() {
+  if [ -z "${GPU_AB_CPU_ENGINE:-}" ] && [ ! -f "$nano/config.json" ]; then
+    "$launcher" -m launcher model shape nemotron-3-nano-30b-a3b "$nano" --quantization nvfp4 --python "$engine" \
+      >> "$out/shape.txt" 2>&1 || echo "gpu_ab: nemolaunch model shape nemotron-3-nano-30b-a3b failed" >&2
+  fi
+  # the seed's flags of record as they are, 4096 context (the CPU rehearsal: the tiny profile's KV space)
+  if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then
+    profile "$work/nano.toml" "gpu_ab nano rehearsal"
+  else
+    sed 's/^\[vllm\]$/[vllm]\nmax_model_len = 4096/' profiles/sm120.toml > "$work/nano.toml"
+  fi
+  run_ab nano "$budget_nano" --model "$nano" --config "graphs=$work/nano.toml" \
+    --config "eager=$work/nano.toml,cuda_graphs=false" --concurrency "$nano_levels" --headline-level "$nano_headline"
+}
 tune_stage() {
   shape llama-3.1-8b "$dense"
   profile "$work/dense.toml" "gpu_ab tune base: CUDA graphs"
@@ -153,8 +179,9 @@ tune_stage() {
 case $what in
   fp8) fp8 ;;
   moe) moe_stage ;;
+  nano) nano_stage ;;
   tune) tune_stage ;;
-  all) fp8; moe_stage ;;
+  all) fp8; nano_stage; moe_stage ;;
 esac
 for f in "$out"/*/verdicts.txt; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
 exit 0
