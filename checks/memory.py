@@ -51,7 +51,7 @@ def check(facts: Facts) -> list[CheckResult]:
         f"weights {weights:.1f} GiB; GPU {total:.0f} GiB x {UTILIZATION} = {budget:.1f} GiB for weights and "
         f"KV cache, {budget - weights:.1f} GiB left for KV, {outside:.1f} GiB outside for graphs and workspace"
     )
-    observed += _sequences(model.get("sequence_memory"), (budget - weights) * 2**30)
+    observed += _sequences(model.get("sequence_memory"), kv_budget_bytes(total, UTILIZATION, model["weight_bytes"]))
     if weights >= budget:
         return [
             CheckResult(
@@ -76,6 +76,12 @@ def check(facts: Facts) -> list[CheckResult]:
             )
         ]
     return [CheckResult("memory", "memory", "pass", observed)]
+
+
+def kv_budget_bytes(total_gib: float, utilization: float, weight_bytes: int) -> float:
+    """What vLLM's budget leaves beside the weights for KV cache and (a hybrid's) Mamba state, in bytes: GPU memory
+    x utilization - weights (activations and graphs, a few GiB, are not counted)."""
+    return total_gib * utilization * 2**30 - weight_bytes
 
 
 def _sequences(recorded: dict[str, Any] | None, free_bytes: float) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from checks.memory import SEED_CAPTURE, UTILIZATION
+from checks.memory import SEED_CAPTURE, UTILIZATION, kv_budget_bytes
+from checks.seqmem import SequenceMemory
 from launcher.documents import read_json, validate_doctor, validate_probe
 from launcher.errors import BadInput
 from launcher.profiles.profile import EAGER_COST, ServingProfile, parse_profile
@@ -208,6 +209,54 @@ def memory_setting(doctor: dict[str, Any]) -> tuple[float, str] | None:
     )
 
 
+def vllm_default_max_num_seqs(gpu_name: str, total_gib: float) -> int:
+    """vLLM's own max_num_seqs for its API server (engine/arg_utils.py, read in the 0.26 and 0.32 wheels): 1024 on
+    a GPU of 70 GiB or more that is not an A100, else 256."""
+    return 1024 if total_gib >= 70 and "a100" not in gpu_name.lower() else 256
+
+
+SIZING_TOKENS = 8192  # the length doctor sizes a hybrid's sequences at, when the profile sets no max_model_len
+
+
+def sequence_setting(doctor: dict[str, Any], settings: dict[str, Any], notes: list[str]) -> tuple[int, str] | None:
+    """A hybrid (Mamba) model's max_num_seqs: the sequences whose Mamba state and KV fit vLLM's budget beside the
+    weights (checks.seqmem, as doctor --model counts them), at the profile's max_model_len or 8192 tokens, never
+    above vLLM's default. None, with a note saying why, where it is left as it is."""
+    model = (doctor.get("facts") or {}).get("model") or {}
+    recorded = model.get("sequence_memory")
+    gpus = (doctor.get("facts", {}).get("nvml") or {}).get("gpus") or []
+    if not recorded or not recorded.get("mamba_layers") or not gpus:
+        return None
+    if not model.get("weight_bytes"):
+        notes.append("max_num_seqs: a hybrid model, but the doctor report counts no weights: not sized")
+        return None
+    seq = SequenceMemory(**recorded)
+    total = gpus[0]["memory_total_mib"] / 1024
+    util = float(settings.get("gpu_memory_utilization") or UTILIZATION)
+    tokens = int(settings.get("max_model_len") or SIZING_TOKENS)
+    kv = "fp8" if str(settings.get("kv_cache_dtype", "")).startswith("fp8") else "bf16"
+    fits = seq.sequences_that_fit(kv_budget_bytes(total, util, model["weight_bytes"]), tokens, kv)
+    default = vllm_default_max_num_seqs(gpus[0]["name"], total)
+    per = f"{seq.state_bytes() / 1e6:.0f} MB of Mamba state + {seq.kv_bytes_per_token(kv) / 1024:g} KiB of {kv} KV"
+    length = f"max_model_len {tokens}" if settings.get("max_model_len") else f"{tokens} tokens (no max_model_len set)"
+    found = (
+        f"a hybrid model: each sequence holds {per} per token; {gpus[0]['name']} {total:.0f} GiB x {util} less "
+        f"{model['weight_bytes'] / 2**30:.1f} GiB of weights holds {fits} sequences of {length}; vLLM's default "
+        f"here is {default} ({doctor['_path']})"
+    )
+    current = settings.get("max_num_seqs")
+    if fits < 1:
+        notes.append(f"max_num_seqs: {found}: not even one fits, so none is set (lower max_model_len)")
+        return None
+    if current is not None and current <= min(fits, default):
+        notes.append(f"max_num_seqs: {found}: the base's {current} fits, kept")
+        return None
+    if current is None and fits >= default:
+        notes.append(f"max_num_seqs: {found}: left to vLLM")
+        return None
+    return min(fits, default), found
+
+
 def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingProfile | None, out: Path) -> str:
     settings: dict[str, Any] = dict(base.settings) if base else {}
     why: dict[str, str] = {k: v for k, v in (base.why if base else {}).items() if k in settings}
@@ -220,6 +269,8 @@ def write_profile(name: str, evidence: dict[str, dict[str, Any]], base: ServingP
         why.update(reasons)
     if "doctor" in evidence and (mem := memory_setting(evidence["doctor"])):
         settings["gpu_memory_utilization"], why["gpu_memory_utilization"] = mem
+    if "doctor" in evidence and (seqs := sequence_setting(evidence["doctor"], settings, notes)):
+        settings["max_num_seqs"], why["max_num_seqs"] = seqs
     for key in settings:
         why.setdefault(key, f"from the base profile {base.name}" if base else "set by hand")
     sources = ", ".join(doc["_path"] for doc in evidence.values())

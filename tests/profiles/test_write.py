@@ -197,3 +197,80 @@ def test_a_moe_backend_is_not_set_on_a_tie(tmp_path: Path) -> None:
     prof, text = write(tmp_path, doc)
     assert "moe_backend" not in prof.settings
     assert "# fp8_moe: MARLIN and vLLM's choice VLLM_CUTLASS are a tie" in text
+
+
+def hybrid_doctor(tmp_path: Path, config: dict[str, Any], weight_gib: float) -> Path:
+    """The H200 doctor capture (143,771 MiB) with --model facts as doctor records them for a hybrid (checks.facts:
+    the sequence memory of the config, the weights' bytes on disk)."""
+    from dataclasses import asdict
+
+    from checks.seqmem import sequence_memory
+
+    doc = json.loads(DOCTOR.read_text())
+    seq = sequence_memory(config)
+    assert seq is not None
+    doc["facts"]["model"] = {"path": "/m", "config": True, "weight_files": 17, "weight_bytes": int(weight_gib * 2**30),
+                             "sequence_memory": asdict(seq)}  # fmt: skip
+    path = tmp_path / "doctor.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("base", "kv_bytes", "expected"),
+    [(None, 8192, 232), ("sm120", 4096, 256)],
+    ids=["bf16-kv-sized", "fp8-kv-base-fits"],
+)
+def test_a_hybrids_max_num_seqs_is_what_its_state_and_kv_fit(
+    tmp_path: Path, base: str | None, kv_bytes: int, expected: int
+) -> None:
+    """Nemotron 3 Super, 75 GiB of weights, on the H200: doctor's memory setting gives 0.9 of 140.4 GiB, so
+    (143771/1024 x 0.9 - 75) GiB = 55,147,462,082 B are left. A sequence of 8192 tokens holds 170,229,760 B of Mamba
+    state + 8192 x 8 KiB of BF16 KV = 237,338,624 B: 232 fit (under vLLM's 1024 on a 140 GiB GPU), set. With sm120's
+    FP8 KV (4 KiB a token) 270 fit: the base's 256 fits, and is kept."""
+    from launcher.model import nemotron
+
+    free = (143771 / 1024 * 0.9 - 75) * 2**30
+    assert int(free // (170_229_760 + 8192 * kv_bytes)) == {8192: 232, 4096: 270}[kv_bytes]
+    out = tmp_path / "p.toml"
+    args = ["--base", base] if base else []
+    doctor = hybrid_doctor(tmp_path, nemotron.SUPER_CONFIG, 75)
+    assert main(["profile", "write", "--name", "p", "--from", str(doctor), "--out", str(out), *args]) == 0
+    prof = load_profile(str(out))
+    assert prof.settings["max_num_seqs"] == expected
+    if base is None:
+        assert prof.why["max_num_seqs"] == (
+            "a hybrid model: each sequence holds 170 MB of Mamba state + 8 KiB of bf16 KV per token; NVIDIA H200 140 "
+            "GiB x 0.9 less 75.0 GiB of weights holds 232 sequences of 8192 tokens (no max_model_len set); vLLM's "
+            f"default here is 1024 ({doctor})"
+        )
+    else:
+        assert (
+            "holds 270 sequences of 8192 tokens (no max_model_len set); vLLM's default here is 1024"
+            in (out.read_text())
+            and "the base's 256 fits, kept" in out.read_text()
+        )
+
+
+def test_a_hybrid_that_fits_more_than_vllms_default_is_left_to_vllm(tmp_path: Path) -> None:
+    """Nano, 18 GiB of weights: a sequence holds 23 x 64 x 64 x 128 x 4 B of SSM state + 23 x 6,144 x 3 x 2 B of
+    conv state = 49,082,368 B, and 6 attention layers x 2 heads x 128 x (K, V) x 2 B = 6 KiB of KV a token. In
+    (143771/1024 x 0.9 - 18) GiB = 116,351,985,254 B, 1170 sequences of 8192 tokens fit: more than vLLM's 1024, so
+    max_num_seqs is left to vLLM (the profile says why). A base with max_model_len 262,144 (1,659,695,104 B a
+    sequence) fits 70: set."""
+    from launcher.model import nemotron
+
+    free = int((143771 / 1024 * 0.9 - 18) * 2**30)
+    assert (free // (49_082_368 + 8192 * 6144), free // (49_082_368 + 262_144 * 6144)) == (1170, 70)
+    doctor = hybrid_doctor(tmp_path, nemotron.NANO_CONFIG, 18)
+    out = tmp_path / "p.toml"
+    assert main(["profile", "write", "--name", "p", "--from", str(doctor), "--out", str(out)]) == 0
+    assert "max_num_seqs" not in load_profile(str(out)).settings
+    assert "holds 1170 sequences of 8192 tokens (no max_model_len set); vLLM's default here is 1024" in out.read_text()
+    assert ": left to vLLM" in out.read_text()
+    long = tmp_path / "long.toml"
+    long.write_text('schema = 1\ndescription = "long context"\n[vllm]\nmax_model_len = 262144\n')
+    assert main(["profile", "write", "--name", "p", "--from", str(doctor), "--base", str(long), "--out", str(out),
+                 "--force"]) == 0  # fmt: skip
+    prof = load_profile(str(out))
+    assert prof.settings["max_num_seqs"] == 70 and "70 sequences of max_model_len 262144" in prof.why["max_num_seqs"]
