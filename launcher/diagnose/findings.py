@@ -67,7 +67,8 @@ class Finding:
 
 
 def _rule(id: str, severity: Severity, title: str, cause: str, fix: str) -> Rule:
-    return Rule(id, severity, title, (), cause, fix, "generic: launcher/diagnose/findings.py", generic=True)
+    # the module's own name: the source cannot go stale when the package moves again
+    return Rule(id, severity, title, (), cause, fix, f"generic: {__name__.replace('.', '/')}.py", generic=True)
 
 
 ROOT_CAUSE = _rule(

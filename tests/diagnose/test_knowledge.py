@@ -7,10 +7,11 @@ import json
 
 import pytest
 
+from launcher.diagnose.findings import ROOT_CAUSE
 from launcher.diagnose.literals import required_literal
 from launcher.diagnose.rules import load_rules
 from tests.diagnose.texts import diagnose_text
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ROOT
 
 CORPUS = FIXTURES / "corpus" / "sm12x-serving-logs.jsonl"
 ENTRIES = [json.loads(line) for line in CORPUS.read_text().splitlines()]
@@ -66,6 +67,11 @@ def test_every_rule_has_what_a_finding_needs() -> None:
     assert len({r.id for r in rules}) == len(rules)
     for rule in rules:
         assert (rule.patterns or rule.sites) and rule.cause and rule.fix and rule.source, rule.id
+
+
+def test_a_generic_finding_names_the_module_that_makes_it() -> None:
+    source = ROOT_CAUSE.source.removeprefix("generic: ")
+    assert source != ROOT_CAUSE.source and (ROOT / source).is_file(), ROOT_CAUSE.source
 
 
 def test_every_pattern_has_a_literal_to_search_for() -> None:
