@@ -6,10 +6,11 @@ tell, what to collect next.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.diagnose.lifecycle import COLLECT_AFTER_EARLY_END, COLLECT_AFTER_SILENT_DEATH, SILENT_DEATH, STAGE_FIX
+from launcher.diagnose.logtext import level
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.templates import SUPPORT_GAP, Site
 
@@ -188,6 +189,17 @@ def _refused_request(finding: Finding, trace: Trace) -> Finding:
     )
 
 
+def _failed(trace: Trace) -> bool:
+    """The log shows a failure: a traceback, a fatal line or an exception of its own."""
+    return bool(trace.tracebacks or trace.roots or trace.fatal or trace.loose)
+
+
+def _only_warned(finding: Finding) -> bool:
+    """Every line the finding stands on was logged as a warning (vLLM's WARNING, NCCL's WARN)."""
+    levels = {level(text.encode()) for _, text in finding.evidence}
+    return bool(levels) and levels <= {"WARNING", "WARN"}
+
+
 def compose(found: list[Finding], trace: Trace) -> list[Finding]:
     """The report: findings by severity, then line. Catch-alls give way to a specific error; what follows a stop
     someone asked for is the stop; when nothing names the failure, the root error and its stage (or what to
@@ -195,6 +207,13 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
     stop = trace.stop[0] if trace.stop else None
     after_stop = [f for f in found if stop is not None and f.severity == Severity.ERROR and f.first_line > stop]
     found = [_refused_request(f, trace) for f in found if f not in after_stop]
+    if not _failed(trace):
+        # what the software itself logged as a warning, in a log that goes on without failing, is a warning: an
+        # error rule's words in it (a port taken by a side service, an NCCL retry) did not stop anything
+        found = [
+            replace(f, severity=Severity.WARNING) if f.severity == Severity.ERROR and _only_warned(f) else f
+            for f in found
+        ]
     explained = any(
         not f.rule.generic
         and (f.severity == Severity.ERROR or (f.severity == Severity.WARNING and f.origin == CURATED))

@@ -41,7 +41,8 @@ _PREFIX = re.compile(
 )
 # a line whose level says it is ordinary: vLLM's INFO/DEBUG lines, uvicorn's access log
 _ORDINARY = re.compile(rb"^[^\n]{0,80}?(?:\b(?:INFO|DEBUG)\s+\d\d-\d\d\s|(?:^|\)\s|\|\s)(?:INFO|DEBUG):\s)")
-_LEVEL = re.compile(rb"^.{0,80}?(?<![\w-])(ERROR|WARNING|WARN|CRITICAL|FATAL|INFO|DEBUG)(?=[\s:\]])")
+# (NCCL puts a timestamp, host:pid:tid, device and source file before its "NCCL WARN": up to ~120 characters)
+_LEVEL = re.compile(rb"^.{0,120}?(?<![\w-])(ERROR|WARNING|WARN|CRITICAL|FATAL|INFO|DEBUG)(?=[\s:\]])")
 # a traceback frame in one of the packages the message index reads: (package path, function)
 FRAME = re.compile(
     rb'File "[^"\n]*?/((?:vllm|torch|flashinfer|triton|transformers|huggingface_hub|ray|sglang|sgl_kernel|deep_gemm)'

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from launcher.diagnose.index import load_index
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import ROOT_LOG, diagnose_text
 from tests.helpers import FIXTURES
 
 FRESH = [json.loads(line) for line in (FIXTURES / "diagnose" / "fresh-2026-12-03.jsonl").read_text().splitlines()]
@@ -117,3 +117,21 @@ def test_a_log_that_ends_while_starting_says_what_to_collect() -> None:
 )
 def test_a_last_line_alone_still_names_its_kind(line: str, finding: str) -> None:
     assert list(_by_id(line + "\n")) == [finding]
+
+
+# NCCL's RAS monitor could not bind its port (vllm#19204, as posted): NCCL logs it as a warning and goes on
+NCCL_RAS_BIND = (
+    "[2025-06-05 10:45:19] paula09:2528103:2528103 [0] ras/client_support.cc:160 NCCL WARN Call to bind failed: "
+    "Address already in use\n"
+    "paula09:2528103:2528103 [0] NCCL INFO RAS failed to establish a client listening socket at localhost:28028\n"
+)
+
+
+def test_a_warning_in_a_log_that_goes_on_is_a_warning() -> None:
+    severity = {f["id"]: f["severity"] for f in diagnose_text(NCCL_RAS_BIND)}
+    assert severity == {"port-in-use": "warning", "nccl-failure": "warning", "nccl-info": "info"}, severity
+
+
+def test_the_same_warning_before_a_failure_stays_an_error() -> None:
+    errors = [f["id"] for f in diagnose_text(NCCL_RAS_BIND + ROOT_LOG) if f["severity"] == "error"]
+    assert "port-in-use" in errors, errors
