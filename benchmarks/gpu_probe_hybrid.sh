@@ -3,6 +3,7 @@
 # Nano shapes (NVFP4 as released; config files only, no weights): the chains each uses (FP8 and NVFP4 GEMMs, the
 # NVFP4 routed experts in Super's 1024-wide latent, attention, the Mamba backend), three starts per kernel.
 #   bash benchmarks/gpu_probe_hybrid.sh OUTDIR
+#   ONLY=mamba bash benchmarks/gpu_probe_hybrid.sh OUTDIR     (only these chains: probe's --only)
 # Writes OUTDIR/probe-super.json, probe-nano.json (and .log), times.txt and summary.txt
 # (benchmarks/probe_starts_summary.py); prints the summary last. Wall-clock: at most 9 minutes (limits 300 + 240 s);
 # a run past its limit gets Ctrl-C and keeps what it measured (exit 130). FlashInfer's Mamba module is a JIT build
@@ -35,6 +36,8 @@ probe() {  # probe LABEL LIMIT_S ARGS...
     echo "$label exit $rc in $(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 )) s (limit $limit s)" \
         | tee -a "$out/times.txt"
 }
-probe super 300 --model "$out/models/super"
-probe nano 240 --model "$out/models/nano"
+only=()
+[ -n "${ONLY:-}" ] && only=(--only "$ONLY")
+probe super 300 --model "$out/models/super" ${only[@]+"${only[@]}"}
+probe nano 240 --model "$out/models/nano" ${only[@]+"${only[@]}"}
 python3 benchmarks/probe_starts_summary.py "$out" | tee "$out/summary.txt"

