@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.ab import calibration
 from launcher.ab.answers import greedy_answers
@@ -39,6 +40,9 @@ from launcher.ab.state import AbRun
 from launcher.ab.warmup import size_windows, warm_up
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import hold
+
+if TYPE_CHECKING:
+    from launcher.bench.config import BenchConfig
 
 Say = Callable[[str], None]
 
@@ -207,11 +211,11 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     digest = run_digest(cfg)
     mode, reason = choose_mode(cfg.mode, cfg.sides)
     own_pool = pool is None
+    run = AbRun(cfg, out, mode, reason, digest)
+    pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
+    vllm = pool.preflight(cfg.sides, pass_workload(cfg))  # usage and environment errors: no server, nothing written
     with hold(out, "ab"):
         previous = _previous_run(cfg, out, digest)
-        run = AbRun(cfg, out, mode, reason, digest)
-        pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))
-        vllm = pool.preflight(st.side for st in run.states.values())  # usage and environment errors, before any server
         w = cfg.workload
         key = calibration.machine(cfg.model, vllm, mode, cfg.window_s, w.input_len, w.output_len)
         if cfg.noise is None and not cfg.calibrate:
@@ -246,9 +250,7 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
 
 
 def check_workload(cfg: AbConfig) -> None:
-    """The configurations and the workload, refused before any server starts."""
-    from launcher import bench
-
+    """ab's own options, refused before anything else (the workload is bench's preflight's: `pass_workload`)."""
     if len({s.name for s in cfg.sides}) != len(cfg.sides):
         raise BadInput("two configurations have the same name", "name each --config differently")
     if len(cfg.sides) < 2:
@@ -261,10 +263,17 @@ def check_workload(cfg: AbConfig) -> None:
         raise BadInput(f"--window {cfg.window_s} is not between 1 and 3600 seconds", "e.g. --window 10")
     if cfg.budget_min is not None and not (math.isfinite(cfg.budget_min) and cfg.budget_min > 0):
         raise BadInput(f"--budget {cfg.budget_min} is not a positive number of minutes", "e.g. --budget 15")
+
+
+def pass_workload(cfg: AbConfig) -> BenchConfig:
+    """The load a pass sends, as bench's preflight checks it (its values, and prompt plus output against each
+    side's context) before any server starts."""
+    from launcher.bench.config import BenchConfig
+
     w = cfg.workload
-    bench.validate(bench.BenchConfig(url="http://127.0.0.1", concurrency=w.concurrency, input_len=w.input_len,
-                                     output_len=w.output_len, num_prompts=w.num_prompts, duration_s=cfg.window_s,
-                                     seed=w.seed))  # fmt: skip
+    return BenchConfig(url="http://127.0.0.1", concurrency=w.concurrency, input_len=w.input_len,
+                       output_len=w.output_len, num_prompts=w.num_prompts, duration_s=cfg.window_s,
+                       seed=w.seed)  # fmt: skip
 
 
 def _previous_run(cfg: AbConfig, out: Path, digest: str) -> AbDocument | None:

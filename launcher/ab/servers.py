@@ -1,9 +1,10 @@
 """The servers of an ab run: each side's vLLM started through serve (its own port on 127.0.0.1, its own log),
 kept up (co-resident) or one at a time (restart).
 
-What would fail every start (no engine, no model, a profile vLLM refuses) is found by `preflight` before any
-server starts and raised as it is: a usage error is never a result. Only a server that was launched and did not
-come up makes its side infeasible (StartFailed, with the log's diagnosis).
+What would fail every start (no engine, no model, a profile vLLM refuses, a prompt beyond the context) is found by
+`preflight` (bench's, for every side) before any server starts and raised as it is: a usage error is never a
+result. Only a server that was launched and did not come up makes its side infeasible (StartFailed, with the log's
+diagnosis).
 
 Co-resident servers start in parallel: each in a thread of its own that holds it for its whole life. The kernel's
 PR_SET_PDEATHSIG (serve's lifetime guard) follows the thread that started a process, so the thread lives exactly
@@ -28,6 +29,7 @@ from launcher.errors import ExitCode, NemolaunchError
 from launcher.profiles.profile import ServingProfile
 
 if TYPE_CHECKING:
+    from launcher.bench.config import BenchConfig
     from launcher.serve.run import Running, ServePlan
 
 Say = Callable[[str], None]
@@ -147,16 +149,20 @@ class ServerPool:
 
         return serve.make_plan(self.profile_for(side), self.model, self.python, "127.0.0.1", port)
 
-    def preflight(self, sides: Iterable[Side]) -> str | None:
-        """Everything a start needs that can be known without one: the model folder, the engine's interpreter and
-        vLLM, every side's flags against that vLLM. Raises as serve would (usage and environment errors). Returns
-        the vLLM version the sides will run."""
-        from launcher.serve import run as serve
+    def preflight(self, sides: Iterable[Side], workload: BenchConfig) -> str | None:
+        """bench's preflight for every side as its server would get it (model, engine, vLLM, the side's flags, the
+        workload, its prompt plus output against the side's context). Raises its usage and environment errors.
+        Returns the vLLM version the sides will run."""
+        from launcher.bench.preflight import preflight
 
-        serve.check_model(self.model)
         version = None
         for side in sides:
-            version = self._plan(side, 0).rendered.vllm_version
+            try:
+                version = preflight(self.profile_for(side), self.model, self.python, workload).rendered.vllm_version
+            except NemolaunchError as e:
+                if side.overrides:  # the profile's name alone does not say which configuration it is
+                    e.message = f"configuration {side.name} ({side.label()}): {e.message}"
+                raise
         return version
 
     def pids(self) -> set[int]:

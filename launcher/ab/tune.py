@@ -33,7 +33,7 @@ from launcher.ab.document import (
     read_tune_state,
 )
 from launcher.ab.report import trial_result
-from launcher.ab.run import check_workload, run_ab
+from launcher.ab.run import check_workload, pass_workload, run_ab
 from launcher.ab.servers import ServerPool
 from launcher.ab.sides import Side
 from launcher.errors import BadInput, ExitCode, NotReady
@@ -138,9 +138,10 @@ def run_tune(cfg: TuneConfig, out: Path, say: Say) -> TuneOutcome:
 
     base = load_profile(cfg.base)
     cands, skipped = candidates(cfg.knobs, Context(base, cfg.workload, cfg.probe))
-    check_workload(cfg.ab((Side("base", cfg.base), Side("candidate", cfg.base)), 2, None, False))
+    screening = cfg.ab((Side("base", cfg.base), Side("candidate", cfg.base)), 2, None, False)
+    check_workload(screening)
     pool = ServerPool(cfg.model, cfg.python, "co-resident", out / "logs", say, shares=2 + FINALISTS)
-    pool.preflight([Side("base", cfg.base)])  # usage and environment errors, before any server
+    pool.preflight([Side("base", cfg.base)], pass_workload(screening))  # usage and environment errors: no server
     with hold(out, "tune"):
         state = TuneState(out, cfg.digest())
         deadline = time.monotonic() + cfg.budget_min * 60

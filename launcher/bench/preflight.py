@@ -22,14 +22,16 @@ def preflight(
     port: int = 0,
     say: Say | None = None,
 ) -> ServePlan:
-    """The plan for serving `model` on loopback, after checking: the model folder (and a shape folder's flags), the
-    engine's interpreter and its vLLM (NotReady when vLLM is missing), the profile's flags for that vLLM, and the
-    workload's values, its longest prompt plus output against the context the server will have. Raises BadInput
-    or NotReady. Without a port, the plan is for checking only (ab picks each server's port when it starts it)."""
+    """The plan for serving `model` on loopback, after checking: the workload's values, the model folder (and a
+    shape folder's flags), the engine's interpreter and its vLLM (NotReady when vLLM is missing), the profile's flags
+    for that vLLM, and the workload's longest prompt plus output against the context the server will have. Raises
+    BadInput or NotReady. Without a port, the plan is for checking only (ab picks each server's port when it starts
+    it)."""
+    if workload is not None:
+        validate(workload)  # its own values first: no file or interpreter needed to refuse them
     check_model(model)
     plan = make_plan(profile_ref, model, python, "127.0.0.1", port, say=say)
     if workload is not None:
-        validate(workload)
         check_context(workload, plan, Path(model).expanduser())
     return plan
 
@@ -54,5 +56,6 @@ def check_context(workload: BenchConfig, plan: ServePlan, model: Path) -> None:
         raise BadInput(
             f"prompt {longest} + output {workload.output_len} tokens is beyond the context of {limit} tokens that "
             f"profile {plan.profile.name} serves {model.name} with",
-            f"give --input-len / --context-lens up to {limit - workload.output_len}, or a larger max_model_len",
+            f"give {'--context-lens' if workload.context_lens else '--input-len'} up to "
+            f"{limit - workload.output_len}, or a larger max_model_len",
         )

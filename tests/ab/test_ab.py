@@ -228,7 +228,7 @@ class FakePool:
         self.url = url
         self.started: list[str] = []
 
-    def preflight(self, sides: Any) -> str:
+    def preflight(self, sides: Any, workload: Any) -> str:
         return "0.0-fake"
 
     def pids(self) -> set[int]:

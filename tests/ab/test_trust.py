@@ -71,7 +71,7 @@ class DyingPool:
         self.url, self.passes_b = url, 0
         self.released: list[str] = []
 
-    def preflight(self, sides: Any) -> None:
+    def preflight(self, sides: Any, workload: Any) -> None:
         pass
 
     def pids(self) -> set[int]:

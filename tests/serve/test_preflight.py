@@ -43,7 +43,7 @@ def model(tmp_path: Path) -> Path:
             "beyond-context",
             2,
             "prompt 2000 + output 100 tokens is beyond the context of 2048 tokens that profile cpu serves model with; "
-            "give --input-len / --context-lens up to 1948, or a larger max_model_len",
+            "give --input-len up to 1948, or a larger max_model_len",
         ),
     ],
 )
