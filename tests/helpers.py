@@ -23,6 +23,17 @@ def engine_paths() -> tuple[Path, Path] | None:
     return None
 
 
+def diagnosed_errors(log: Path, engine_python: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The error findings of `nemolaunch diagnose --json` on a log, with the message index of the engine that wrote
+    it (built under env's cache folder when env names one)."""
+    argv = [sys.executable, "-m", "launcher", "diagnose", str(log), "--json", "--python", str(engine_python)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    findings = json.loads(r.stdout)["findings"]
+    errors = [f"{f['id']}: {f['evidence']}" for f in findings if f["severity"] == "error"]
+    assert (r.returncode == 0) == (not errors), r.stderr
+    return errors
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

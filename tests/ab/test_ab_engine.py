@@ -24,6 +24,7 @@ import pytest
 
 from launcher.ab.report import agreement_text, sentence
 from launcher.cli.main import main
+from tests.helpers import diagnosed_errors
 
 pytestmark = pytest.mark.engine
 WORKLOAD = ["--concurrency", "8", "--input-len", "32", "--output-len", "32", "--window", "3", "--warmup-passes", "1"]
@@ -161,6 +162,15 @@ def test_same_answers_with_real_weights(resumed: Run) -> None:
     for name in ("fast", "slow-again"):
         assert agreement_text(answers["sides"][name]).startswith(("same answers", "different answers"))
     assert answers["sides"]["slow-again"]["identical"] == 8  # the same configuration, greedy: the same tokens
+
+
+def test_the_healthy_servers_logs_diagnose_clean(resumed: Run, engine_python: Path) -> None:
+    """Issue 28: no error finding on a server log of a side that served (stopped by SIGINT, then by the run's end);
+    the side that could not start has one."""
+    logs = {log.name: diagnosed_errors(log, engine_python, resumed.env) for log in (resumed.out / "logs").glob("*.log")}
+    healthy = {name: errors for name, errors in logs.items() if not name.startswith("bad-")}
+    assert len(healthy) >= 3 and not any(healthy.values()), healthy
+    assert all(errors for name, errors in logs.items() if name.startswith("bad-")) and len(logs) > len(healthy), logs
 
 
 def test_tune_with_a_tiny_budget_writes_nothing_and_says_why(

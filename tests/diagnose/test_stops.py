@@ -20,7 +20,7 @@ from launcher.diagnose.matcher import Matcher
 from launcher.diagnose.rules import load_rules
 from launcher.serve.watch import LogWatch
 from tests.diagnose.texts import ROOT_LOG, diagnose_text
-from tests.helpers import FIXTURES, free_port
+from tests.helpers import FIXTURES, diagnosed_errors, free_port
 
 LOGS = FIXTURES / "diagnose" / "logs"
 # vLLM's API server logs EngineDeadError after the engine core's "trigger received signal=SIGTERM"
@@ -104,16 +104,6 @@ def _nemolaunch(*args: str) -> list[str]:
     return [sys.executable, "-m", "launcher", *args]
 
 
-def _errors_in(log: Path, engine_python: Path) -> list[str]:
-    """The error findings of `nemolaunch diagnose` on log, with the message index of the engine that wrote it."""
-    argv = _nemolaunch("diagnose", str(log), "--json", "--python", str(engine_python))
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    findings = json.loads(r.stdout)["findings"]
-    errors = [f"{f['id']}: {f['evidence']}" for f in findings if f["severity"] == "error"]
-    assert (r.returncode == 0) == (not errors), r.stderr
-    return errors
-
-
 @pytest.mark.engine
 def test_serve_smoke_log_diagnoses_clean(engine_python: Path, tiny_model: Path, tmp_path: Path) -> None:
     log = tmp_path / "smoke.log"
@@ -123,7 +113,7 @@ def test_serve_smoke_log_diagnoses_clean(engine_python: Path, tiny_model: Path, 
     )  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert _errors_in(log, engine_python) == []
+    assert diagnosed_errors(log, engine_python) == []
 
 
 @pytest.mark.engine
@@ -135,7 +125,7 @@ def test_bench_server_log_diagnoses_clean(engine_python: Path, tiny_model: Path,
     )  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    assert _errors_in(out / "server.log", engine_python) == []
+    assert diagnosed_errors(out / "server.log", engine_python) == []
 
 
 @pytest.mark.engine
@@ -182,4 +172,4 @@ def test_sigterm_while_streaming_diagnoses_as_a_stop(engine_python: Path, tiny_m
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err.read_text()
-    assert _errors_in(log, engine_python) == []
+    assert diagnosed_errors(log, engine_python) == []
