@@ -4,6 +4,7 @@ threads the rules were written from (tests/fixtures/diagnose/cases.jsonl) and re
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -130,3 +131,42 @@ def test_holdout_threads_are_apart_from_the_rules_cases() -> None:
     assert not {thread(c) for c in CASES} & {thread(c) for c in HOLDOUT}
     listed = set(json.loads((CASES_DIR / "holdout-threads.json").read_text())["holdout_threads"])
     assert {thread(c) for c in HOLDOUT} == listed
+
+
+def test_every_cuda_error_name_is_found_in_torchs_wording() -> None:
+    """torch ends every CUDA error with "Search for `<name>' in <the runtime's page>": each cudaError name a rule
+    keys on reaches that rule in that wording."""
+    named = {
+        m.group(1): rule.id
+        for rule in load_rules()
+        for p in rule.patterns
+        if (m := re.fullmatch(r"\\b(cudaError\w+)\\b", p.pattern))
+    }
+    assert len(named) >= 20
+    for name, rule_id in named.items():
+        line = f"Search for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+        assert rule_id in {f["id"] for f in diagnose_text(line + "for more information.\n")}, name
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # vllm#759, as posted: a shard mapped whole did not fit the host's memory
+            "ERROR 06-02 09:39:03 [core.py:396] RuntimeError: unable to mmap 16933256392 bytes from file "
+            "</root/.cache/huggingface/hub/x/model.safetensors>: Cannot allocate memory (12)",
+            "host-memory-enomem",
+            "host memory",
+        ),
+        (  # noonghunna/club-3090#106, as posted
+            "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] Search for "
+            "`cudaErrorStreamCaptureUnsupported' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.",
+            "cuda-stream-capture",
+            "--enforce-eager",
+        ),
+    ],
+    ids=["enomem", "stream-capture"],
+)
+def test_os_and_cuda_error_codes_name_their_fix(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line + "\n")}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
