@@ -98,6 +98,31 @@ def inner_messages(text: str) -> list[str]:
     return pieces
 
 
+# an exception line whose message goes on in the lines below it: it ends with ":", or pydantic's "N validation
+# errors for X" (the fields and their messages follow)
+_OPEN_MESSAGE = re.compile(r"(?::|\bvalidation errors? for \w+)\s*$")
+_NEW_RECORD = ("Traceback", "File ", "During handling", "The above exception")
+
+
+def continued(said: str, text: bytes, end: int, lines: int = 3) -> str:
+    """An exception's message `said` (its line ends at text[end]) with the lines that continue it, when it goes on
+    below its first line; else `said` as it is."""
+    if not _OPEN_MESSAGE.search(said):
+        return said
+    more: list[str] = []
+    start = end + 1
+    while len(more) < lines and start < len(text):
+        stop = text.find(b"\n", start)
+        stop = len(text) if stop < 0 else stop
+        line = message(text[start:stop])
+        start = stop + 1
+        if line.startswith(_NEW_RECORD):
+            break
+        if line:
+            more.append(line)
+    return " ".join([said, *more])
+
+
 def read_blocks(stream: IO[bytes], name: str) -> Iterator[bytes]:
     """Blocks of whole lines, a few MB each; a binary file is bad input. A line longer than a block is cut at
     block boundaries (kept parts are never re-joined, so a log without newlines costs one pass and one block

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from launcher.diagnose import lifecycle as life
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
-from launcher.diagnose.logtext import ANSI, MAX_LINE_TEXT, evidence, frames, inner_messages, is_ordinary, level, message
+from launcher.diagnose.logtext import (
+    ANSI,
+    MAX_LINE_TEXT,
+    continued,
+    evidence,
+    frames,
+    inner_messages,
+    is_ordinary,
+    level,
+    message,
+)
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -94,6 +104,7 @@ class Matcher:
         self._index_lines = 0
         self._frame_hits: list[tuple[Rule, int, str, str | None]] = []  # (rule, line, root error, stage)
         self._loose: int | None = None  # where this feed's first exception line outside a traceback starts
+        self._tail: tuple[int, bytes] | None = None  # the log's last line, when no error-like word had it compared
 
     def _line_at(self, text: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
         """The line around pos, looked for no further than LONG_LINE either side: in a log without newlines a
@@ -219,12 +230,37 @@ class Matcher:
         self._frame_hits = []
         if self._loose is not None and self.trace.loose is None:
             end = text.find(b"\n", self._loose)
-            said = message(text[self._loose : end if end >= 0 else len(text)])[:400]
+            end = end if end >= 0 else len(text)
+            said = continued(message(text[self._loose : end]), text, end)[:400]
             self.trace.loose = (first_line + text.count(b"\n", 0, self._loose), said, self.trace.stage)
         self._loose = None
+        self._keep_tail(text, first_line)
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")
         return new
+
+    def _keep_tail(self, text: bytes, first_line: int) -> None:
+        """A log ends with its failure: its last line is compared with the index even without an error-like word
+        (an excerpt cut to the message, a message printed bare). Kept here, compared when the report is made."""
+        end = len(text.rstrip())
+        if not end:
+            return
+        start = text.rfind(b"\n", 0, end) + 1
+        raw = text[start : min(end, start + MAX_LINE_TEXT)]
+        plain = self.index is not None and not is_ordinary(raw) and not any(w in raw for w in ERRORISH)
+        self._tail = (first_line + text.count(b"\n", 0, start), raw) if plain else None
+
+    def _read_tail(self) -> None:
+        if self._tail is None or self.index is None:
+            return
+        line, raw = self._tail
+        self._tail = None
+        template = self.index.match(raw)
+        if template is not None:
+            finding = self._finding(self._sites.rule_for(template, message(raw), level(raw)), [])
+            if all(n != line for n, _ in finding.evidence):
+                finding.count += 1
+                finding.evidence.append((line, evidence(raw)))
 
     def _stage_of(self, text: bytes, pos: int, stages: list[tuple[int, str]], tracebacks: list[int]) -> str | None:
         """The stage a hit at pos happened in: named by the frames of the traceback it ends, else by the last
@@ -319,7 +355,7 @@ class Matcher:
                 if inner:
                     return start, inner[0][:400]
                 if not said.startswith(life.WRAPPERS):
-                    return start, said[:400]
+                    return start, continued(said, text, end)[:400]
             start = end + 1
         return None
 
@@ -334,6 +370,7 @@ class Matcher:
 
     def report(self) -> list[Finding]:
         """Findings by severity, read as an operator would (findings.compose)."""
+        self._read_tail()
         found = [f for f in self.findings.values() if f.count]
         for f in found:
             if f.site is None:

@@ -29,6 +29,7 @@ _IMPERATIVE = re.compile(
     r"specify|pass|add|remove|check|run|reinstall|update|export|unset|switch)\b",
     re.IGNORECASE,
 )
+_WORDS = re.compile(r"[a-z0-9]+")
 _FIELD = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # a parameter named in snake_case
 _GUARD_FIELD = re.compile(r"\b(?:self|\w*config|\w*args)\.([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?!\()")
 # a message that says the installed software lacks something: a newer release may have it
@@ -36,6 +37,8 @@ SUPPORT_GAP = re.compile(
     r"(?i)\bnot (?:yet )?(?:supported|implemented)\b|\bunsupported\b|\b(?:does|do) not support\b.*\byet\b"
     r"|\bunknown \w+ method\b"
 )
+# a sentence that says what causes the message ("This can be caused by too large tensor parallel size.")
+_CAUSAL = re.compile(r"\b(?:(?:can|may|might|could) be|is|are|was|often|usually|likely) (?:caused by|due to)\b", re.I)
 _SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
 
 
@@ -174,8 +177,12 @@ class TemplateIndex:
     def advice(self, said: str, guard: str | None = None) -> tuple[list[str], list[str]]:
         """What the message itself says to do: its imperative clauses, and the flags, variables and parameters it
         names (an engine argument named in snake_case is its --flag), with the fields its raising condition tests."""
-        clauses = [s.strip() for s in _SENTENCE.split(said) if _IMPERATIVE.search(s.strip())]
+        sentences = [s.strip() for s in _SENTENCE.split(said)]
+        clauses = [s for s in sentences if _IMPERATIVE.search(s) or _CAUSAL.search(s)]
         fields = _FIELD.findall(said) + (_GUARD_FIELD.findall(guard) if guard else [])
+        # an engine argument named in words ("too large tensor parallel size") is its flag too
+        prose = " ".join(_WORDS.findall(said.lower()))
+        fields += [a for a in sorted(self.engine_args) if "_" in a and f" {a.replace('_', ' ')} " in f" {prose} "]
         knobs = _FLAG.findall(said) + _ENV.findall(said)
         knobs += [f"--{w.replace('_', '-')}" if w in self.engine_args else w for w in fields]
         return clauses, list(dict.fromkeys(knobs))

@@ -4,6 +4,7 @@ left to benchmarks/diagnose_recall.py), and on small logs that isolate one behav
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,32 @@ def test_a_warning_in_a_log_that_goes_on_is_a_warning() -> None:
 def test_the_same_warning_before_a_failure_stays_an_error() -> None:
     errors = [f["id"] for f in diagnose_text(NCCL_RAS_BIND + ROOT_LOG) if f["severity"] == "error"]
     assert "port-in-use" in errors, errors
+
+
+def test_an_exception_message_that_goes_on_below_is_read_whole() -> None:
+    """pydantic prints the message under "1 validation error for X" (vllm#1711, as posted)."""
+    log = (
+        "ValidationError: 1 validation error for VLLM\n__root__\n  Quantization is not supported for <class "
+        "'vllm.model_executor.models.bloom.BloomForCausalLM'>. (type=value_error)\n"
+    )
+    (finding,) = diagnose_text(log)
+    assert finding["id"] == "not-supported-here" and "pip install -U vllm" in str(finding["fix"]), finding
+    assert "Quantization is not supported" in finding["evidence"][0]["text"]  # type: ignore[index]
+
+
+@pytest.mark.engine
+def test_a_bare_last_line_is_read_with_the_index(engine_python: Path) -> None:
+    """A message without an error-like word, pasted alone (QwenLM/Qwen3#698): the index knows it, and the engine
+    argument it names in words is its flag."""
+    line = (
+        "The input size is not aligned with the quantized weight shape. This can be caused by too large tensor "
+        "parallel size.\n"
+    )
+    (finding,) = diagnose_text(line, index=load_index(engine_python)[0])
+    assert finding["origin"] == "index" and finding["severity"] == "error", finding
+    assert "--tensor-parallel-size" in str(finding["fix"]) and "caused by" in str(finding["fix"]), finding
+
+
+def test_a_line_in_the_middle_without_an_error_word_is_not_read_as_the_tail() -> None:
+    findings = diagnose_text("The input size is not aligned with the quantized weight shape.\nINFO 12-03 [x.py:1] ok\n")
+    assert findings == []
