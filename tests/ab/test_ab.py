@@ -257,7 +257,9 @@ def test_a_run_writes_its_passes_windows_and_stops_as_planned(tmp_path: Path) ->
     from tests.helpers import free_port
 
     pair = (Side("A", "cpu"), Side("B", "cpu", {"max_num_seqs": 8}))
-    cfg = AbConfig("m", pair, Workload((2,), input_len=8, output_len=8, num_prompts=8), rounds=2, **FAST)
+    # mode "restart", as FakePool's: co-resident CPU sides would wait out an idle engine's spin before each switch
+    workload = Workload((2,), input_len=8, output_len=8, num_prompts=8)
+    cfg = AbConfig("m", pair, workload, rounds=2, mode="restart", **FAST)
     out = tmp_path / "run"
     with serving(free_port()) as url:
         first = ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]

@@ -101,8 +101,9 @@ class DyingPool:
 def test_a_server_dying_between_passes_ends_with_a_report(tmp_path: Path) -> None:
     """Trust case V4: a server gone between passes aborted ab with exit 3 and "give its address with --url",
     ab.json left "running" and no report. Now that side died: out of the run, the rest judged, exit 1."""
+    # mode "restart", the pool's: co-resident CPU sides would wait out an idle engine's spin before each switch
     cfg = AbConfig("m", (Side("A", "cpu"), Side("B", "cpu")), Workload((2,), 8, 4, 8), rounds=2, warmup_passes=0,
-                   window_s=1.0)  # fmt: skip
+                   window_s=1.0, mode="restart")  # fmt: skip
     with serving(free_port()) as url:
         pool = DyingPool(url)
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, pool)  # type: ignore[arg-type]
@@ -119,7 +120,7 @@ def test_a_run_whose_profile_changed_is_not_continued(tmp_path: Path) -> None:
     profile = tmp_path / "b.toml"
     profile.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
     cfg = AbConfig("m", (Side("A", "cpu"), Side("B", str(profile))), Workload((2,), 8, 4, 8), rounds=2,
-                   warmup_passes=0, window_s=1.0)  # fmt: skip
+                   warmup_passes=0, window_s=1.0, mode="restart")  # fmt: skip
     with serving(free_port()) as url:
         from tests.ab.test_ab import FakePool
 
