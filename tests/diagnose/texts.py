@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from checks.gpu_family import family_from_text
+from launcher.diagnose.rules import Rule, load_rules
 from launcher.diagnose.run import diagnose_blocks
 from launcher.diagnose.templates import TemplateIndex
 
@@ -16,6 +19,13 @@ ROOT_LOG = (
 )
 
 
+@cache
+def knowledge_base() -> list[Rule]:
+    """The curated rules, read once per session: reading and compiling them is most of a short log's diagnosis
+    (Rule is frozen, and the matcher only reads the list)."""
+    return load_rules()
+
+
 def diagnose_text(text: str, gpu: str | None = None, index: TemplateIndex | None = None) -> list[dict[str, object]]:
-    findings, _ = diagnose_blocks([text.encode()], family_from_text(gpu) if gpu else None, index=index)
+    findings, _ = diagnose_blocks([text.encode()], family_from_text(gpu) if gpu else None, knowledge_base(), index)
     return [f.to_json() for f in findings]
