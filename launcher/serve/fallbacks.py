@@ -232,7 +232,7 @@ _RULES: list[tuple[re.Pattern[str], Handler]] = [
         lambda ctx, no, line, m: _graphs(ctx, no, line, m[1], None),
     ),
     (
-        re.compile(r"Enforce eager set, disabling torch\.compile and CUDAGraphs"),
+        re.compile(r"Enforce eager set, disabling torch\.compile(?: and|,) CUDAGraphs"),  # 0.26; 0.32 adds JIT warmup
         lambda ctx, no, line, m: _graphs(ctx, no, line, "NONE", None),
     ),
 ]

@@ -186,3 +186,14 @@ def test_the_h200_super_start_names_every_fallback_it_took() -> None:
         "NVFP4 linear layers on MarlinNvFp4LinearKernel, not FlashInferCuteDslNvFp4LinearKernel: Marlin runs FP4"
         " weights as W4A16: they are dequantized to BF16 in the kernel, no FP4 tensor cores are used"
     )
+
+
+def test_vllm_032s_eager_line_is_named_too() -> None:
+    """vLLM 0.32 (the CPU engine's config/vllm.py:1704, its message as written there) words enforce-eager with JIT
+    warmup added; tests/ab/test_against_engine.py sees the CPU engine print it for a cuda_graphs = false base."""
+    line = (
+        "Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup. This is equivalent to setting "
+        "-cc.mode=none -cc.cudagraph_mode=none and --kernel_config.enable_jit_warmup=False"
+    )
+    (found,) = fallbacks.detect(line, {"cuda_graphs": False})
+    assert (found.kind, found.what, found.asked) == ("cuda-graphs", "CUDA graphs off", True)
