@@ -57,6 +57,7 @@ class AbConfig:
     budget_min: float | None = None
     headline_level: int | None = None  # default: the highest level asked
     mode: Mode = "auto"
+    mode_reason: str | None = None  # why this mode, when the caller chose it (ab --against-fallbacks from memory)
     calibrate: bool = False
     noise: Levels | None = None  # given with --noise (a number or an ab.json)
     noise_source: str | None = None

@@ -210,6 +210,7 @@ def run_ab(cfg: AbConfig, out: Path, say: Say, pool: ServerPool | None = None) -
     check_workload(cfg)
     digest = run_digest(cfg)
     mode, reason = choose_mode(cfg.mode, cfg.sides)
+    reason = cfg.mode_reason or reason
     own_pool = pool is None
     run = AbRun(cfg, out, mode, reason, digest)
     pool = pool or ServerPool(cfg.model, cfg.python, mode, out / "logs", say, shares=len(run.states))

@@ -87,6 +87,12 @@ def _judging(f: Callable[..., Any]) -> Callable[..., Any]:
     help="co-resident: all servers up at once, each its share of memory; restart: one server at a time.",
 )
 @click.option("--no-same-answers", is_flag=True, help="Skip the greedy same-answers check.")
+@click.option(
+    "--against-fallbacks",
+    is_flag=True,
+    help="Start the one --config (the base) alone, read the fallbacks vLLM names in its log, and measure the base "
+    "against each fallback's alternative (a side no-<kind> per fallback that has one).",
+)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: ab-results/ab-<time>].")
 @PYTHON_OPTION
 @JSON_OPTION
@@ -111,6 +117,7 @@ def ab(
     warmup_passes: int,
     mode: str,
     no_same_answers: bool,
+    against_fallbacks: bool,
     out: Path | None,
     python: Path | None,
     as_json: bool,
@@ -122,6 +129,10 @@ def ab(
     --budget cannot hold another round. Writes OUT/ab.json (schema nemolaunch.ab/3), report.md, ratios.png and
     every pass as a bench folder under OUT/passes/. Ctrl-C keeps the completed rounds (exit 130); the same command
     with the same --out continues. Exit 1 when a configuration cannot serve.
+
+    --against-fallbacks: the sides come from the base's startup log (OUT/fallbacks.json says which fallback each
+    answers, and which have no alternative and why); exit 1 when the base cannot start, 0 when no fallback has an
+    alternative to measure.
     """
     from launcher.ab import run as stage
     from launcher.ab.calibration import parse_noise_option
@@ -129,6 +140,10 @@ def ab(
     from launcher.ab.sides import sides_from_options
     from launcher.output import json_document
 
+    if against_fallbacks:
+        from launcher.ab.against import base_from_options
+
+        base_from_options(a_ref, b_ref, configs)
     sides = sides_from_options(a_ref, b_ref, set_a, set_b, configs)
     given, source = parse_noise_option(noise) if noise else (None, None)
     cfg = AbConfig(
@@ -149,6 +164,14 @@ def ab(
         same_answers=not no_same_answers,
     )
     out = out or default_out("ab-results", "ab")
+    if against_fallbacks:
+        from launcher.ab.against import run_against_fallbacks
+
+        found = run_against_fallbacks(cfg, out, say=lambda m: click.echo(m, err=True))
+        click.echo(json_document("ab", found.doc) if as_json else against_text(found.doc))
+        kept = "fallbacks.json" + (", ab.json, report.md" if found.doc.get("ab") else "")
+        click.echo(f"nemolaunch: {found.message}; results: {out}/{kept}", err=True)
+        return found.code
     outcome = stage.run_ab(cfg, out, say=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json_document("ab", outcome.doc))
@@ -262,6 +285,16 @@ def ab_text(doc: AbDocument) -> str:
         lines.append(f"same answers not compared: {answers['note']}")
     lines.append(f"stopped: {doc['stopped_by']}; noise: {doc['noise']['source']}; mode {doc['mode']}")
     return "\n".join(lines)
+
+
+def against_text(doc: dict[str, Any]) -> str:
+    """ab --against-fallbacks: what the base's start showed, then the ab's verdicts (if one ran)."""
+    from launcher.ab.against import lines
+
+    out = lines(doc) if doc.get("status") in ("found", "infeasible") else []  # type: ignore[arg-type]
+    if doc.get("ab"):
+        out.append(ab_text(doc["ab"]))
+    return "\n".join(out)
 
 
 def tune_text(doc: TuneDocument) -> str:
