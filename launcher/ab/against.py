@@ -28,7 +28,7 @@ from launcher.ab.run import Say, check_workload, pass_workload, run_ab
 from launcher.ab.servers import CO_RESIDENT_MEMORY, ServerPool, StartFailed
 from launcher.ab.sides import Side, run_digest, side_profile
 from launcher.documents import Reader, read_json
-from launcher.errors import BadInput, ExitCode
+from launcher.errors import BadInput, ExitCode, NotReady
 from launcher.output import hold, write_json, write_text
 from launcher.serve.fallbacks import Fallback, detect
 
@@ -186,6 +186,13 @@ def _discover(cfg: AbConfig, base: Side, out: Path, say: Say, digest: str, pool:
     text = up.log.read_text(encoding="utf-8", errors="replace")
     found = detect(text, profile.settings, profile.env)
     sides, skipped = build_sides(found, base)
+    for side in list(sides):  # a flag this vLLM refuses is known without a start: that side is not measured
+        try:
+            pool.preflight([Side(side["name"], base.profile_ref, side["overrides"])], pass_workload(cfg))
+        except (BadInput, NotReady) as e:
+            sides.remove(side)
+            why = f"{side['alternative']} is refused before any start: {e.message}"
+            skipped += [{"kind": "refused", "what": what, "why": why} for what in side["fallbacks"]]
     doc["status"], doc["log"], doc["startup_s"] = "found", str(up.log.relative_to(out)), round(up.startup_s, 1)
     doc["served"] = up.info
     doc["fallbacks"], doc["sides"], doc["not_measured"] = [f.to_json() for f in found], sides, skipped
@@ -238,7 +245,10 @@ def run_against_fallbacks(cfg: AbConfig, out: Path, say: Say, pool: ServerPool |
             message = f"the base {base.name} cannot start: {found['diagnosis']}"
             return AgainstOutcome(ExitCode.PROBLEM, message, {**found, "ab": None})
         if not found["sides"]:
-            message = f"no fallback with an alternative to measure ({len(found['fallbacks'])} found)"
+            message = (
+                f"nothing to measure: {len(found['fallbacks'])} fallback(s) found, none with an alternative this vLLM "
+                "accepts"
+            )
             return AgainstOutcome(ExitCode.OK, message, {**found, "ab": None})
         sides = (base, *(Side(s["name"], base.profile_ref, s["overrides"]) for s in found["sides"]))
         mode = found["mode"] if cfg.mode == "auto" and found["mode"] else cfg.mode

@@ -116,9 +116,15 @@ class LogPool(FakePool):
     """The fake server for every side, each start logged as the H200 Super start was; `fail` names sides whose
     start fails (the stand-in's diagnosis, not vLLM's)."""
 
-    def __init__(self, url: str, logs: Path, fail: tuple[str, ...] = ()) -> None:
+    def __init__(self, url: str, logs: Path, fail: tuple[str, ...] = (), refuse: tuple[str, ...] = ()) -> None:
         super().__init__(url)
-        self.logs, self.fail = logs, fail
+        self.logs, self.fail, self.refuse = logs, fail, refuse
+
+    def preflight(self, sides: Any, workload: Any) -> str:
+        for side in sides:
+            if side.name in self.refuse:
+                raise BadInput(f"stand-in: {side.name}'s flags are refused", "none")
+        return "0.0-fake"
 
     def profile_for(self, side: Side) -> ServingProfile:
         return side_profile(side)
@@ -133,10 +139,12 @@ class LogPool(FakePool):
         return up, fresh
 
 
-def _run(tmp_path: Path, url: str, fail: tuple[str, ...] = ()) -> tuple[against.AgainstOutcome, list[str], LogPool]:
+def _run(
+    tmp_path: Path, url: str, fail: tuple[str, ...] = (), refuse: tuple[str, ...] = ()
+) -> tuple[against.AgainstOutcome, list[str], LogPool]:
     cfg = AbConfig("m", (Side("base", "sm120"),), Workload((2,), 8, 8, 8), rounds=2, **FAST)
     said: list[str] = []
-    pool = LogPool(url, tmp_path / "o" / "logs", fail)
+    pool = LogPool(url, tmp_path / "o" / "logs", fail, refuse)
     return against.run_against_fallbacks(cfg, tmp_path / "o", said.append, pool), said, pool  # type: ignore[arg-type]
 
 
@@ -183,3 +191,22 @@ def test_a_base_that_cannot_start_is_exit_1_with_its_diagnosis(tmp_path: Path) -
     assert got.code == 1 and got.message == "the base base cannot start: stand-in: base does not start here"
     assert json.loads((tmp_path / "o" / "fallbacks.json").read_text())["status"] == "infeasible"
     assert not (tmp_path / "o" / "ab.json").exists()
+
+
+def test_sides_whose_flags_are_refused_before_a_start_are_not_measured(tmp_path: Path) -> None:
+    """bench's preflight refuses every side's flags (a stand-in refusal): each is listed as not measured with the
+    refusal, no ab runs, and that is an answer (exit 0), not a usage error."""
+    from tests.fake_server import serving
+    from tests.helpers import free_port
+
+    names = ("no-fp4-emulation-linear-backend", "no-fp4-emulation-moe-backend", "no-attention")
+    with serving(free_port()) as url:
+        got, _, _ = _run(tmp_path, url, refuse=names)
+    assert got.doc["sides"] == [] and got.doc["ab"] is None and not (tmp_path / "o" / "ab.json").exists()
+    refused = [n for n in got.doc["not_measured"] if n["kind"] == "refused"]
+    assert refused[0]["why"] == (
+        "--linear-backend flashinfer_cutedsl is refused before any start: stand-in: "
+        "no-fp4-emulation-linear-backend's flags are refused"
+    )
+    assert len(refused) == 3 and got.code == 0
+    assert got.message == "nothing to measure: 5 fallback(s) found, none with an alternative this vLLM accepts"
