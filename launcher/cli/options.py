@@ -21,7 +21,7 @@ PYTHON_OPTION = click.option(
     "python",
     type=click.Path(dir_okay=False, path_type=Path),
     help="The engine's interpreter (the venv where vLLM is installed). Default: $NEMOLAUNCH_PYTHON, "
-    "then the profile's `python`, then this interpreter.",
+    "then the profile's `python`, then this interpreter if it has vLLM, else the engine `make engine` built.",
 )
 
 

@@ -101,7 +101,8 @@ def render_show(prof: ServingProfile, rendered: Rendered | None) -> str:
     lines.append(
         f"python: {prof.python} (serve and --dry-run run this interpreter unless --python or $NEMOLAUNCH_PYTHON)"
         if prof.python
-        else "python: not set (the engine's interpreter comes from --python, $NEMOLAUNCH_PYTHON or nemolaunch's own)"
+        else "python: not set (the engine's interpreter comes from --python, $NEMOLAUNCH_PYTHON, nemolaunch's own "
+        "if it has vLLM, else the engine `make engine` built)"
     )
     settings = redact_obj(prof.settings)
     rows = [(k, json.dumps(v), prof.why.get(k, "")) for k, v in settings.items()]
