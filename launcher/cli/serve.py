@@ -79,6 +79,5 @@ def serve(
     if dry_run or vllm_version:
         click.echo(json_document("serve", plan.to_json()) if as_json else plan.shell())
         return ExitCode.OK
-    say(f"engine: {plan.interpreter.describe()}, vLLM {plan.rendered.vllm_version}")
     echo_log = None if quiet else (lambda line: click.echo(redact_text(line), err=True))
     return stage.run(plan, model, log_file, say=say, echo_log=echo_log, smoke=smoke)

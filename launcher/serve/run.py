@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checks.secrets import bearer
-from launcher.engine import BUILT
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import create_exclusive
 from launcher.serve import fallbacks
@@ -119,7 +118,8 @@ def launched(
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)
         watcher = threading.Thread(target=follow, args=(log_path, stop, watch.line, say), daemon=True)
         watcher.start()
-        engine = f" with {plan.interpreter.describe()}" if plan.interpreter.source == BUILT else ""
+        # the engine named once, here, unless this command line gave it (--python)
+        engine = f" with {plan.interpreter.describe()}" if plan.interpreter.source != "--python" else ""
         say(f"starting vLLM {plan.rendered.vllm_version}{engine}, profile {plan.profile.name} (log {log_path})")
 
         def waiting(seconds: float) -> None:
