@@ -41,8 +41,9 @@ def test_serve_and_doctor_without_python_use_the_engine_make_built_and_say_so(
 def test_serve_without_python_names_the_engine_once(
     fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The newcomer's `serve --smoke` (benchmarks/newcomer.sh, 2026-12-03) said the built engine on two lines in a
-    row: serve's own `engine:` line, then the starting line. Now the starting line says it, once."""
+    """The newcomer's `serve --smoke` (benchmarks/newcomer.sh, 2026-12-03) said the built engine on three lines in a
+    row: serve's own `engine:` line, the log's header (echoed with vLLM's log), then the starting line. Now the
+    starting line says it, once."""
     from tests.helpers import free_port
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -56,7 +57,7 @@ def test_serve_without_python_names_the_engine_once(
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"")
     log = tmp_path / "serve.log"
-    argv = ["serve", "--profile", "cpu", "--model", str(model), "--port", str(free_port()), "--smoke", "--quiet"]
+    argv = ["serve", "--profile", "cpu", "--model", str(model), "--port", str(free_port()), "--smoke"]
     assert main([*argv, "--log-file", str(log)]) == 0
     python = built / "bin" / "python"
     naming = [line for line in capsys.readouterr().err.splitlines() if str(python) in line]

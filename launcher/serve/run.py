@@ -22,7 +22,7 @@ from launcher.serve import fallbacks
 from launcher.serve.lifetime import interrupts
 from launcher.serve.plan import Say, ServePlan, check_model, make_plan, warnings
 from launcher.serve.process import Server, last_lines
-from launcher.serve.watch import LogWatch, follow
+from launcher.serve.watch import LOG_HEADER, LogWatch, follow
 
 __all__ = ["Running", "ServePlan", "check_model", "launched", "make_plan", "run", "warnings"]
 
@@ -112,7 +112,7 @@ def launched(
     with interrupts():
         # a header without the command: the log is diagnosed line by line, and argv would match the rules
         header = (
-            f"# nemolaunch serve: profile {plan.profile.name} ({plan.profile.path}), vLLM {plan.rendered.vllm_version}"
+            f"{LOG_HEADER} profile {plan.profile.name} ({plan.profile.path}), vLLM {plan.rendered.vllm_version}"
             f", {plan.interpreter.path}, {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"
         )
         server = Server.start(plan.argv, env, plan.url, log_path, header, plan.key.value if plan.key else None)

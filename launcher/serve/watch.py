@@ -10,6 +10,10 @@ from pathlib import Path
 
 from launcher.diagnose.run import Matcher, load_rules
 
+# the first line of every server log: nemolaunch's own (what started the server), not vLLM's; not echoed, since
+# serve's starting line says the same
+LOG_HEADER = "# nemolaunch serve:"
+
 Say = Callable[[str], None]
 
 
@@ -45,7 +49,7 @@ class LogWatch:
         self.say, self.echo_log = say, echo_log
 
     def line(self, number: int, text: str) -> None:
-        if self.echo_log:
+        if self.echo_log and not (number == 1 and text.startswith(LOG_HEADER)):
             self.echo_log(text)
         for finding in self.matcher.feed(text.encode() + b"\n"):
             if finding.severity != "info" and not finding.rule.generic:  # catch-alls wait for the root cause
