@@ -48,7 +48,8 @@ def make_arg_parser(parser):
     return parser
 """
 # the API server: an engine core that only waits (a grandchild of nemolaunch, in the server's process group), then
-# the fake OpenAI server on the asked address; FAKE_ENGINE_FAULT=exit makes it die before serving
+# the fake OpenAI server on the asked address, paced (ab's timed passes would flood it); FAKE_ENGINE_FAULT=exit makes
+# it die before serving
 API_SERVER = """
 import argparse, os, subprocess, sys
 parser = argparse.ArgumentParser()
@@ -61,8 +62,8 @@ if os.environ.get("FAKE_ENGINE_FAULT") == "exit":
     sys.exit(1)
 core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "fake-engine-core"])
 from aiohttp import web
-from tests.fake_server import make_app
-web.run_app(make_app(), host=args.host or "0.0.0.0", port=args.port, print=None)
+from tests.fake_server import PACED_S, make_app
+web.run_app(make_app(token_delay_s=PACED_S), host=args.host or "0.0.0.0", port=args.port, print=None)
 """
 
 

@@ -32,6 +32,9 @@ FAULTS = (
     "auth",  # every path wants `Authorization: Bearer secret-key-for-tests`
 )
 API_KEY = "secret-key-for-tests"
+# a token delay for timed runs (ab's 1 s windows): about 100 requests a second at c=2, where "as fast as it can"
+# floods the client and the server, both in the test's process, for the whole window (3x the CPU, same checks)
+PACED_S = 0.002
 STATE = web.AppKey("state", dict)
 
 

@@ -253,7 +253,7 @@ FAST = {"warmup_passes": 1, "window_s": 1.0}
 def test_a_run_writes_its_passes_windows_and_stops_as_planned(tmp_path: Path) -> None:
     """Against the fake server (no engine): every pass is a bench folder at one level with its steady window, the
     rounds stop when planned, and a complete run is not run again into the same folder."""
-    from tests.fake_server import serving
+    from tests.fake_server import PACED_S, serving
     from tests.helpers import free_port
 
     pair = (Side("A", "cpu"), Side("B", "cpu", {"max_num_seqs": 8}))
@@ -261,7 +261,7 @@ def test_a_run_writes_its_passes_windows_and_stops_as_planned(tmp_path: Path) ->
     workload = Workload((2,), input_len=8, output_len=8, num_prompts=8)
     cfg = AbConfig("m", pair, workload, rounds=2, mode="restart", **FAST)
     out = tmp_path / "run"
-    with serving(free_port()) as url:
+    with serving(free_port(), token_delay_s=PACED_S) as url:
         first = ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
         assert first.code == 0 and len(first.doc["rounds"]) == 2 and first.doc["planned_rounds"] == 2
         assert first.doc["stopped_by"] == "the 2 planned rounds are done"
@@ -302,7 +302,7 @@ def test_ab_sends_the_servers_api_key(tmp_path: Path) -> None:
 
 
 def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_path: Path) -> None:
-    from tests.fake_server import serving
+    from tests.fake_server import PACED_S, serving
     from tests.helpers import free_port
 
     class Together(FakePool):
@@ -315,7 +315,7 @@ def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_p
 
     pair = (Side("A", "cpu"), Side("B", "cpu"))
     cfg = AbConfig("m", pair, Workload((2,), 8, 8, 8), budget_min=0.01, **FAST)  # 0.6 s: less than the warm-ups
-    with serving(free_port()) as url:
+    with serving(free_port(), token_delay_s=PACED_S) as url:
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, Together(url))  # type: ignore[arg-type]
     assert outcome.doc["rounds"] == [] and outcome.doc["status"] == "complete"
     assert outcome.doc["stopped_by"].startswith("budget: server starts and warm-ups took")

@@ -16,7 +16,7 @@ from launcher.ab.servers import Up
 from launcher.ab.sides import Side
 from launcher.cli.main import main
 from launcher.errors import BadInput
-from tests.fake_server import serving
+from tests.fake_server import PACED_S, serving
 from tests.helpers import free_port
 
 
@@ -104,7 +104,7 @@ def test_a_server_dying_between_passes_ends_with_a_report(tmp_path: Path) -> Non
     # mode "restart", the pool's: co-resident CPU sides would wait out an idle engine's spin before each switch
     cfg = AbConfig("m", (Side("A", "cpu"), Side("B", "cpu")), Workload((2,), 8, 4, 8), rounds=2, warmup_passes=0,
                    window_s=1.0, mode="restart")  # fmt: skip
-    with serving(free_port()) as url:
+    with serving(free_port(), token_delay_s=PACED_S) as url:
         pool = DyingPool(url)
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, pool)  # type: ignore[arg-type]
     assert outcome.code == 1 and "could not serve: B" in outcome.message
@@ -121,7 +121,7 @@ def test_a_run_whose_profile_changed_is_not_continued(tmp_path: Path) -> None:
     profile.write_text('schema = 1\n[vllm]\nmax_model_len = 2048\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n')
     cfg = AbConfig("m", (Side("A", "cpu"), Side("B", str(profile))), Workload((2,), 8, 4, 8), rounds=2,
                    warmup_passes=0, window_s=1.0, mode="restart")  # fmt: skip
-    with serving(free_port()) as url:
+    with serving(free_port(), token_delay_s=PACED_S) as url:
         from tests.ab.test_ab import FakePool
 
         assert ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url)).code == 0  # type: ignore[arg-type]
