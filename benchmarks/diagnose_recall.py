@@ -11,9 +11,13 @@ key only needs an error or warning. A benign case is a false alarm when any erro
 without it, the curated knowledge base alone. The origin of each recognising finding is counted: the message
 index, the curated base, or the fallback (what to collect when the log cannot tell).
 
-Sets: holdout.jsonl (threads set aside before the curated rules were written; holdout-threads.json) and
-fresh-2026-12-03.jsonl, collected later from other threads; its quarter in fresh-holdout-2026-12-03.json was drawn
-at random before diagnose ran on any of it. --holdout scores that quarter only, --dev the rest.
+A key matches with "_" and "-" taken as the same character: an engine argument is --max-model-len on the command
+line and max_model_len in Python, and either spelling in a fix names it.
+
+Sets: holdout.jsonl (threads set aside before the curated rules were written; holdout-threads.json) and the fresh
+sets collected later from other threads (fresh-2026-12-03.jsonl, fresh-2026-12-03b.jsonl); each fresh set's quarter
+(fresh-holdout-2026-12-03.json, fresh-2026-12-03b-holdout.json) was drawn at random before diagnose ran on any of
+it. --holdout scores that quarter only, --dev the rest.
 """
 
 import argparse
@@ -31,6 +35,17 @@ from launcher.diagnose.run import diagnose_blocks  # noqa: E402
 
 CATCH_ALLS = {"root-error", "engine-core-died"}
 FIXTURES = ROOT / "tests/fixtures/diagnose"
+# the first fresh set's hold-out file predates the <set>-holdout.json naming
+HOLDOUT_FILES = {"fresh-2026-12-03.jsonl": "fresh-holdout-2026-12-03.json"}
+
+
+def holdout_file(cases: Path) -> Path:
+    return cases.with_name(HOLDOUT_FILES.get(cases.name, f"{cases.stem}-holdout.json"))
+
+
+def spelled(text: str) -> str:
+    """A key or a fix compared with "_" and "-" alike and without case."""
+    return text.lower().replace("_", "-")
 
 
 def main() -> None:
@@ -50,8 +65,8 @@ def main() -> None:
         sys.exit(f"diagnose_recall: {e}")
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
     if args.holdout or args.dev:
-        held = set(json.loads((FIXTURES / "fresh-holdout-2026-12-03.json").read_text())["holdout_threads"])
-        cases = [c for c in cases if (c["source"] in held) == args.holdout]
+        held = set(json.loads(holdout_file(args.cases).read_text())["holdout_threads"])
+        cases = [c for c in cases if (c["source"].split("#")[0] in held) == args.holdout]
     recognised, failures, alarms, benign, errors, missed = 0, 0, 0, 0, 0, []
     origins: Counter[str] = Counter()
     for case in cases:
@@ -69,7 +84,7 @@ def main() -> None:
         flagged = [f for f in findings if f.severity in ("error", "warning")]
         errors += bool(flagged)
         key = case["fix_key"]
-        named = [f for f in flagged if f.rule.id not in CATCH_ALLS and key and key.lower() in f.fix().lower()]
+        named = [f for f in flagged if f.rule.id not in CATCH_ALLS and key and spelled(key) in spelled(f.fix())]
         hits = named if key else flagged
         if hits:
             recognised += 1
