@@ -6,9 +6,12 @@ What would fail every start (no engine, no model, a profile vLLM refuses, a prom
 result. Only a server that was launched and did not come up makes its side infeasible (StartFailed, with the log's
 diagnosis).
 
-Co-resident servers start in parallel: each in a thread of its own that holds it for its whole life. The kernel's
-PR_SET_PDEATHSIG (serve's lifetime guard) follows the thread that started a process, so the thread lives exactly
-as long as its server; the H200 ab of 2026-12-03 spent 169 + 128 s starting two servers one after the other.
+Each server lives in a thread of its own that holds it for its whole life: the kernel's PR_SET_PDEATHSIG (serve's
+lifetime guard) follows the thread that started a process, so the thread lives exactly as long as its server.
+Co-resident servers on the CPU engine start in parallel (each sizes its KV cache with VLLM_CPU_KVCACHE_SPACE). On a
+GPU they start one after the other: vLLM sizes its KV cache from the memory it sees free while it profiles, so a
+server starting beside another counts the other's allocations as its own (the H200, 2026-12-03, three Llama-3.1-8B
+servers at 0.28 each started together: two failed "No available memory for the cache blocks").
 """
 
 from __future__ import annotations
@@ -177,7 +180,8 @@ class ServerPool:
         return self.logs / f"{name}-{n}.log"
 
     def start(self, sides: list[Side]) -> dict[str, Up | StartFailed]:
-        """The servers of `sides` not up yet, started together; each is up, or failed to start."""
+        """The servers of `sides` not up yet (together on the CPU engine, one after the other on a GPU); each is up,
+        or failed to start."""
         wanted = [s for s in sides if s.name not in self.up]
         if self.mode == "restart" and wanted:
             self.close()
@@ -188,6 +192,8 @@ class ServerPool:
                            self.ready_timeout_s)  # fmt: skip
             self.owners[side.name] = owners[side.name] = owner
             owner.start()
+            if not is_cpu_engine(side_profile(side)):
+                owner.ready.wait()  # a GPU server measures free memory while it starts: one at a time
         got: dict[str, Up | StartFailed] = {}
         for name, owner in owners.items():
             owner.ready.wait()
