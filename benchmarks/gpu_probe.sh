@@ -40,17 +40,7 @@ use_caches() {  # every cache a first run fills, under $caches/$1
     mkdir -p "$FLASHINFER_WORKSPACE_BASE" "$TRITON_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR" "$CUDA_CACHE_PATH"
 }
 
-probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
-    local label=$1 limit=$2 start end rc
-    shift 2
-    start=$(date +%s%N)
-    timeout -s INT -k 3 "$limit" python3 -m launcher probe --json --python python3 "$@" \
-        > "$out/probe-$label.json" 2> "$out/probe-$label.log"
-    rc=$?
-    end=$(date +%s%N)
-    echo "$label exit $rc in $(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 )) s (limit $limit s)" \
-        | tee -a "$out/times.txt"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # probe LABEL LIMIT_S ARGS...
 
 cold() {  # a fresh machine's disk too: the page cache dropped (root only; said in times.txt either way)
     if sync && echo 3 2>/dev/null > /proc/sys/vm/drop_caches; then

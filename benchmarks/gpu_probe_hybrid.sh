@@ -25,17 +25,7 @@ config = {**nemotron.SUPER_CONFIG, "quantization_config": nemotron.super_quantiz
 (models / "nano" / "hf_quant_config.json").write_text(json.dumps(nemotron.nano_hf_quant_config()))
 PY
 : > "$out/times.txt"
-probe() {  # probe LABEL LIMIT_S ARGS...
-    local label=$1 limit=$2 start end
-    shift 2
-    start=$(date +%s%N)
-    timeout -s INT -k 3 "$limit" python3 -m launcher probe --json --python python3 "$@" \
-        > "$out/probe-$label.json" 2> "$out/probe-$label.log"
-    local rc=$?
-    end=$(date +%s%N)
-    echo "$label exit $rc in $(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 )) s (limit $limit s)" \
-        | tee -a "$out/times.txt"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # probe LABEL LIMIT_S ARGS...
 only=()
 [ -n "${ONLY:-}" ] && only=(--only "$ONLY")
 probe super 300 --model "$out/models/super" ${only[@]+"${only[@]}"}

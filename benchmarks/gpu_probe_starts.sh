@@ -17,17 +17,7 @@ models=tests/fixtures/models
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 : > "$out/times.txt"
 
-probe() {  # probe LABEL LIMIT_S ARGS...: one timed probe run, its report kept
-    local label=$1 limit=$2 start end
-    shift 2
-    start=$(date +%s%N)
-    timeout -s INT -k 3 "$limit" python3 -m launcher probe --json --python python3 "$@" \
-        > "$out/probe-$label.json" 2> "$out/probe-$label.log"
-    local rc=$?
-    end=$(date +%s%N)
-    echo "$label exit $rc in $(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 )) s (limit $limit s)" \
-        | tee -a "$out/times.txt"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # probe LABEL LIMIT_S ARGS...
 
 dense=(--model "$models/llama-3.1-8b-instruct" --quantization fp8)
 moe=(--model "$models/qwen3-30b-a3b" --quantization fp8)
