@@ -1,5 +1,6 @@
 """Helpers the tests share: where the checkout and its fixtures are, a free loopback port, a real venv with
-chosen dist-info folders, and the engine the Makefile built. Fixtures (pytest's) live in conftest.py."""
+chosen dist-info folders, a stand-in vLLM for serve's launch loop, and the engine the Makefile built. Fixtures
+(pytest's) live in conftest.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.serve.run import ServePlan
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -53,6 +57,49 @@ def make_env(tmp_path: Path, dists: dict[str, str], files: dict[str, str] | None
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
     return venv / "bin" / "python"
+
+
+# A stand-in vLLM API server (python -c): answers /v1/models with one model on 127.0.0.1:PORT, after printing a real
+# log (LOG) and starting an engine core that only waits (CORE), where asked.
+STAND_IN_VLLM = """
+import http.server, json, subprocess, sys
+LOG
+CORE
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "stand-in"}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+print("INFO stand-in serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
+"""
+
+
+def stand_in_vllm(port: int, log: Path | None = None, engine_core: bool = False) -> str:
+    """The stand-in's code on `port`: it prints `log` first (serve diagnoses it live), and with engine_core it starts
+    a child that only waits (the engine core a test kills)."""
+    printed = f"sys.stdout.write(open({str(log)!r}).read()); sys.stdout.flush()" if log else ""
+    core = 'core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])' if engine_core else ""
+    return STAND_IN_VLLM.replace("LOG", printed).replace("CORE", core).replace("PORT", str(port))
+
+
+def serve_plan(code: str, port: int, vllm: str = "0.32.0") -> ServePlan:
+    """serve's plan for a vLLM that is `python -c code` (profile cpu, this interpreter, vLLM `vllm` as rendered)."""
+    from launcher.engine import Interpreter
+    from launcher.profiles.flags import Rendered
+    from launcher.profiles.profile import load_profile
+    from launcher.serve.run import ServePlan
+
+    return ServePlan(
+        profile=load_profile("cpu"),
+        interpreter=Interpreter(Path(sys.executable), "test"),
+        rendered=Rendered(vllm),
+        argv=[sys.executable, "-c", code],
+        host="127.0.0.1",
+        port=port,
+        verified=False,
+    )
 
 
 # three probe runs on one H200 on 2026-11-30: separate processes, the same shapes (tests/fixtures/probe)

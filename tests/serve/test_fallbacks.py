@@ -5,17 +5,14 @@ Super (2026-12-03); and serve saying each one when it is serving."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from launcher.engine import Interpreter
-from launcher.profiles.flags import Rendered
 from launcher.profiles.profile import load_profile
 from launcher.serve import fallbacks
-from launcher.serve.run import ServePlan, launched
-from tests.helpers import FIXTURES, ROOT, free_port
+from launcher.serve.run import launched
+from tests.helpers import FIXTURES, ROOT, free_port, serve_plan, stand_in_vllm
 
 LOGS = FIXTURES / "logs"
 # the H200's Qwen3-30B-A3B shape with online FP8, 2026-12-02 (bench's server log, lines as bench kept them)
@@ -131,32 +128,9 @@ def test_the_lines_notes_quotes_from_the_h200_super_run() -> None:
     assert found[0].fix == "a GPU with FP4 tensor cores (SM100, SM120); on this one Marlin is vLLM's only FP4 path"
 
 
-# A stand-in vLLM: prints the H200 eager log's lines, then answers /v1/models like a server.
-STAND_IN = """
-import http.server, json, sys
-sys.stdout.write(open(LOG).read()); sys.stdout.flush()
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "stand-in"}]}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
-"""
-
-
 def test_serve_says_each_fallback_when_serving(tmp_path: Path) -> None:
     port = free_port()
-    code = STAND_IN.replace("LOG", repr(str(LOGS / "h200-vllm026-eager-1b-2026-11-30.log"))).replace("PORT", str(port))
-    plan = ServePlan(
-        profile=load_profile("cpu"),
-        interpreter=Interpreter(Path(sys.executable), "test"),
-        rendered=Rendered("0.26.0"),
-        argv=[sys.executable, "-c", code],
-        host="127.0.0.1",
-        port=port,
-        verified=False,
-    )
+    plan = serve_plan(stand_in_vllm(port, LOGS / "h200-vllm026-eager-1b-2026-11-30.log"), port, "0.26.0")
     (tmp_path / "config.json").write_text("{}")
     said: list[str] = []
     with launched(plan, str(tmp_path), tmp_path / "vllm.log", said.append, None, ready_timeout_s=60):

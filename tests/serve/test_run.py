@@ -3,17 +3,13 @@ the one-line reason names the root error, the log is kept, nothing is left runni
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from launcher.engine import Interpreter
 from launcher.errors import NemolaunchError
-from launcher.profiles.flags import Rendered
-from launcher.profiles.profile import load_profile
-from launcher.serve.run import ServePlan, run
-from tests.helpers import FIXTURES, free_port
+from launcher.serve.run import run
+from tests.helpers import FIXTURES, free_port, serve_plan, stand_in_vllm
 
 DYING_ENGINE = """
 import sys, time
@@ -26,24 +22,12 @@ sys.exit(1)
 """
 
 
-def plan_for(code: str, port: int) -> ServePlan:
-    return ServePlan(
-        profile=load_profile("cpu"),
-        interpreter=Interpreter(Path(sys.executable), "test"),
-        rendered=Rendered("0.32.0"),
-        argv=[sys.executable, "-c", code],
-        host="127.0.0.1",
-        port=port,
-        verified=False,
-    )
-
-
 def test_dying_engine_is_diagnosed_live_and_the_log_kept(tmp_path: Path) -> None:
     said: list[str] = []
     log = tmp_path / "vllm.log"
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(NemolaunchError) as e:
-        run(plan_for(DYING_ENGINE, free_port()), str(tmp_path), log, said.append, None, ready_timeout_s=30)
+        run(serve_plan(DYING_ENGINE, free_port()), str(tmp_path), log, said.append, None, ready_timeout_s=30)
     assert "exited with code 1" in e.value.message
     assert "FlashInfer's FP8 GEMM" in e.value.message
     assert "VLLM_DISABLED_KERNELS=FlashInferFP8ScaledMMLinearKernel" in e.value.message
@@ -71,7 +55,7 @@ def test_missing_model_path_is_bad_input(tmp_path: Path) -> None:
     from launcher.errors import BadInput
 
     with pytest.raises(BadInput, match="does not exist"):
-        run(plan_for("pass", free_port()), str(tmp_path / "no-model"), tmp_path / "l.log", print, None)
+        run(serve_plan("pass", free_port()), str(tmp_path / "no-model"), tmp_path / "l.log", print, None)
 
 
 def test_a_dying_log_follower_says_so_in_one_line(tmp_path: Path) -> None:
@@ -143,20 +127,6 @@ def test_live_diagnosis_of_a_real_dead_server_names_the_root_line_and_stage() ->
     assert "(log line 106, while loading weights)" in reason
 
 
-STAND_IN_SERVER = """
-import http.server, json, subprocess, sys
-core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "stand-in"}]}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-print("INFO stand-in serving", flush=True)
-http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
-"""
-
-
 def test_a_child_killed_while_serving_is_reported_as_its_death(tmp_path: Path) -> None:
     """The engine core's death (SIGKILL, the OOM killer's way) is the error, not the API server's later noise;
     afterwards nothing of the family is left running."""
@@ -185,7 +155,7 @@ def test_a_child_killed_while_serving_is_reported_as_its_death(tmp_path: Path) -
 
     with pytest.raises(NemolaunchError) as e:
         run(
-            plan_for(STAND_IN_SERVER.replace("PORT", str(port)), port),
+            serve_plan(stand_in_vllm(port, engine_core=True), port),
             str(tmp_path),
             log,
             said,
@@ -218,7 +188,7 @@ def test_another_server_answering_the_port_is_never_reported_as_serving(
     monkeypatch.setattr(serve, "check_can_launch", lambda plan, model: None)
     said: list[str] = []
     with serving(port), pytest.raises(NemolaunchError) as e:
-        run(plan_for("import time; time.sleep(600)", port), str(tmp_path), tmp_path / "l.log", said.append, None)
+        run(serve_plan("import time; time.sleep(600)", port), str(tmp_path), tmp_path / "l.log", said.append, None)
     assert e.value.line() == (
         f"port {port} is answered by another process (pid {os.getpid()}, {psutil.Process().name()}), not the vLLM "
         "nemolaunch started; stop that server or pick another --port"
