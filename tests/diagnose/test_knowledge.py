@@ -170,3 +170,26 @@ def test_every_cuda_error_name_is_found_in_torchs_wording() -> None:
 def test_os_and_cuda_error_codes_name_their_fix(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line + "\n")}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+FRESH_B = {
+    json.loads(line)["source"]: json.loads(line)["excerpt"]
+    for line in (FIXTURES / "diagnose" / "fresh-2026-12-03b.jsonl").read_text().splitlines()
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "rule", "names"),
+    [
+        ("https://github.com/vllm-project/vllm/issues/2669", "host-oom-killed", "host memory"),
+        ("https://github.com/pytorch/pytorch/issues/111469", "nvjitlink-mismatch", "LD_LIBRARY_PATH"),
+        ("https://github.com/triton-lang/triton/pull/1981", "triton-libcuda-missing", "libcuda.so"),
+        ("https://github.com/vllm-project/vllm/pull/31309", "weight-name-mismatch", "pip install -U vllm"),
+        ("https://github.com/microsoft/OmniParser/issues/34", "safetensors-truncated", "git lfs"),
+    ],
+    ids=["ray-memory-monitor", "nvjitlink", "lcuda", "weight-names", "lfs-pointer"],
+)
+def test_the_second_fresh_sets_dev_lines_reach_their_rule(source: str, rule: str, names: str) -> None:
+    """Development cases of fresh-2026-12-03b.jsonl (none of its hold-out quarter)."""
+    finding = {f["id"]: f for f in diagnose_text(FRESH_B[source])}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
