@@ -9,10 +9,16 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from launcher.diagnose.lifecycle import COLLECT_AFTER_EARLY_END, COLLECT_AFTER_SILENT_DEATH, SILENT_DEATH, STAGE_FIX
+from launcher.diagnose.lifecycle import (
+    COLLECT_AFTER_CUT_TRACEBACK,
+    COLLECT_AFTER_EARLY_END,
+    COLLECT_AFTER_SILENT_DEATH,
+    SILENT_DEATH,
+    STAGE_FIX,
+)
 from launcher.diagnose.logtext import level
 from launcher.diagnose.rules import Rule, Severity
-from launcher.diagnose.templates import SUPPORT_GAP, Site
+from launcher.diagnose.templates import SUPPORT_GAP, Site, message_advice
 
 MAX_EVIDENCE = 5
 # errors of the code itself, not of its input: a bug in the release installed
@@ -39,11 +45,14 @@ class Finding:
     stage: str | None = None  # where in vLLM's life the failure happened
     site: Site | None = None  # where the message was raised, when the message index knows it
     origin: str = CURATED
+    said: str | None = None  # what the logged message itself advises, when the rule's fix does not say it
 
     def fix(self) -> str:
         fix = self.rule.fix_in(self.stage)
         for name, value in self.groups.items():
             fix = fix.replace("{" + name + "}", value)
+        if self.said and self.said not in fix:
+            fix += f"; the message says: {self.said}"
         return fix
 
     @property
@@ -102,6 +111,14 @@ CODE_BUG = _rule(
     "bad input",
     "{next_step}",
 )
+ADVISED = _rule(
+    "message-advice",
+    Severity.ERROR,
+    "vLLM failed; the error's own message says what to do",
+    "the first exception of the first traceback (or the fatal line) is where the failure began, and its message "
+    "carries advice; no rule of the knowledge base names it",
+    "{next_step}",
+)
 STOPPED = _rule(
     "stopped-on-request",
     Severity.INFO,
@@ -144,9 +161,12 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     exception = text.split(":", 1)[0].split("(", 1)[0].rsplit(".", 1)[-1]
     code_bug = exception in CODE_ERRORS or (exception == "TypeError" and ARGUMENT_ERROR.search(text) is not None)
     gap = SUPPORT_GAP.search(text) is not None
+    said = message_advice(text, knobs_only=False)
     rule = NOT_ENOUGH_EVIDENCE if silent else NOT_SUPPORTED if gap else CODE_BUG if code_bug else ROOT_CAUSE
+    rule = ADVISED if rule is ROOT_CAUSE and said else rule
     finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks or loose else Severity.WARNING, count=1)
-    finding.evidence = [(line, text)]
+    finding.said = said
+    finding.evidence = [(line, text[:400])]
     if fatal and fatal[0] != line:
         finding.evidence.append(fatal[:2])
     finding.stage, finding.origin = stage, FALLBACK
@@ -232,6 +252,10 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
         later = [f.evidence[0] for f in after_stop] + [r[:2] for r in trace.roots if r[0] > trace.stop[0]]
         stopped.evidence += sorted(later)[:2]
         found.append(stopped)
+    elif trace.tracebacks and not trace.roots and not any(f.severity == Severity.ERROR for f in found):
+        cut = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
+        cut.groups = {"next_step": COLLECT_AFTER_CUT_TRACEBACK}
+        found.append(cut)
     elif trace.started and trace.serving is None and not any(f.severity == Severity.ERROR for f in found):
         early = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
         early.groups = {"next_step": COLLECT_AFTER_EARLY_END.format(stage=trace.stage or "starting")}

@@ -77,6 +77,10 @@ COLLECT_AFTER_SILENT_DEATH = (
     "dmesg | grep -i -e oom -e killed (the host's OOM killer), the pod's events (kubectl describe pod: OOMKilled), "
     "the exit code or signal, and check host memory; a native crash prints 'Segmentation fault' or a core dump"
 )
+COLLECT_AFTER_CUT_TRACEBACK = (
+    "the log ends inside a traceback, before the exception that names the error: collect the complete log (the "
+    "lines after the last frame), and the lines before it for an earlier error"
+)
 COLLECT_AFTER_EARLY_END = (
     "the log ends while {stage} without an error: if vLLM is gone, something outside it stopped it (dmesg, the "
     "pod's events, the exit code); if it is still there, it hangs: py-spy dump --pid <engine core pid>, and "

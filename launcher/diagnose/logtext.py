@@ -101,6 +101,7 @@ def inner_messages(text: str) -> list[str]:
 # an exception line whose message goes on in the lines below it: it ends with ":", or pydantic's "N validation
 # errors for X" (the fields and their messages follow)
 _OPEN_MESSAGE = re.compile(r"(?::|\bvalidation errors? for \w+)\s*$")
+_EMPTY_MESSAGE = re.compile(r"^[\w.]+:$")  # "ImportError:": the whole message is below
 _NEW_RECORD = ("Traceback", "File ", "During handling", "The above exception")
 
 
@@ -109,6 +110,8 @@ def continued(said: str, text: bytes, end: int, lines: int = 3) -> str:
     below its first line; else `said` as it is."""
     if not _OPEN_MESSAGE.search(said):
         return said
+    if _EMPTY_MESSAGE.match(said):
+        lines = 3 * lines
     more: list[str] = []
     start = end + 1
     while len(more) < lines and start < len(text):

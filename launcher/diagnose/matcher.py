@@ -29,18 +29,19 @@ from launcher.diagnose.logtext import (
 )
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
-from launcher.diagnose.templates import TemplateIndex
+from launcher.diagnose.templates import TemplateIndex, message_advice
 
 SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's lines are searched in this much
 LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal
 MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log of a million is not read twice
+MAX_ROOT_TEXT = 1000  # characters of a root error kept: its advice may come late (evidence shows 400)
 MAX_INDEX_LINES = 20000  # lines compared with the index per log: past that, a log is one failure repeated
 # a line that may carry an error or warning message holds one of these (case as printed)
 ERRORISH = (b"rror", b"ERROR", b"WARN", b"arning", b"xception", b"ailed", b"FAIL", b"atal", b"ssert", b"not supported")
 # a line that ends before its message does: a list goes on (",") or a label waits for its value (":")
 _WRAPPED = re.compile(rb"[,:(-]\s*$")
 # an exception named at the start of a message: "ValueError: ...", or its repr "AssertionError('...')"
-_LOOSE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|\(['\"])")
+_LOOSE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|:$|\(['\"])")
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$"
 )
@@ -218,7 +219,10 @@ class Matcher:
             line += text.count(b"\n", counted, start)
             counted = start
             end = text.find(b"\n", start)
-            finding.evidence.append((line, evidence(text[start : end if end >= 0 else len(text)])))
+            raw = text[start : end if end >= 0 else len(text)]
+            finding.evidence.append((line, evidence(raw)))
+            if finding.said is None and finding.origin == CURATED and finding.severity != Severity.INFO:
+                finding.said = message_advice(message(raw), knobs_only=True)
         self._track_life(text, first_line, markers, stages)
         for rule, at_line, root, stage in self._frame_hits:
             finding = self._finding(rule, new)
@@ -231,7 +235,7 @@ class Matcher:
         if self._loose is not None and self.trace.loose is None:
             end = text.find(b"\n", self._loose)
             end = end if end >= 0 else len(text)
-            said = continued(message(text[self._loose : end]), text, end)[:400]
+            said = continued(message(text[self._loose : end]), text, end)[:MAX_ROOT_TEXT]
             self.trace.loose = (first_line + text.count(b"\n", 0, self._loose), said, self.trace.stage)
         self._loose = None
         self._keep_tail(text, first_line)
@@ -355,7 +359,7 @@ class Matcher:
                 if inner:
                     return start, inner[0][:400]
                 if not said.startswith(life.WRAPPERS):
-                    return start, continued(said, text, end)[:400]
+                    return start, continued(said, text, end)[:MAX_ROOT_TEXT]
             start = end + 1
         return None
 

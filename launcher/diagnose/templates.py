@@ -39,7 +39,28 @@ SUPPORT_GAP = re.compile(
 )
 # a sentence that says what causes the message ("This can be caused by too large tensor parallel size.")
 _CAUSAL = re.compile(r"\b(?:(?:can|may|might|could) be|is|are|was|often|usually|likely) (?:caused by|due to)\b", re.I)
+# a sentence that advises: an imperative, or "... may help"
+_ADVICE = re.compile(
+    r"(?i)\b(?:try|set|use|install|downgrade|upgrade|increase|decrease|reduce|reducing|lower|raise|disable|enable|"
+    r"consider|please|make sure|may help|might help|should help)\b"
+)
+# a parameter a message names in quotes or backticks ('num_stages', `gpu_memory_utilization`, 'numpy<2')
+_QUOTED_NAME = re.compile(r"[`'\"][A-Za-z_][\w.-]*(?:[<>=]=?[\w.]+)?[`'\"]")
 _SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
+
+
+def message_advice(said: str, knobs_only: bool) -> str | None:
+    """The sentences of a logged message that advise what to do, for a finding's fix; with knobs_only, only those
+    that name a flag, a variable or a quoted parameter (a curated fix already says the rest)."""
+    kept = []
+    for sentence in _SENTENCE.split(said):
+        sentence = sentence.strip()
+        if not sentence or not _ADVICE.search(sentence):
+            continue
+        if knobs_only and not (_FLAG.search(sentence) or _ENV.search(sentence) or _QUOTED_NAME.search(sentence)):
+            continue
+        kept.append(sentence)
+    return " ".join(kept)[:300] or None
 
 
 @dataclass(frozen=True)

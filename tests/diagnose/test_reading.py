@@ -165,3 +165,29 @@ def test_a_bare_last_line_is_read_with_the_index(engine_python: Path) -> None:
 def test_a_line_in_the_middle_without_an_error_word_is_not_read_as_the_tail() -> None:
     findings = diagnose_text("The input size is not aligned with the quantized weight shape.\nINFO 12-03 [x.py:1] ok\n")
     assert findings == []
+
+
+# the second fresh set's development part (its hold-out quarter is left to benchmarks/diagnose_recall.py)
+FRESH_B = [json.loads(line) for line in (FIXTURES / "diagnose" / "fresh-2026-12-03b.jsonl").read_text().splitlines()]
+HELD_OUT_B = set(json.loads((FIXTURES / "diagnose" / "fresh-2026-12-03b-holdout.json").read_text())["holdout_threads"])
+DEV_B = {c["source"]: c["excerpt"] for c in FRESH_B if c["source"].split("#")[0] not in HELD_OUT_B}
+
+
+def test_a_curated_finding_adds_the_advice_its_message_carries() -> None:
+    """PyTorch's OOM text suggests expandable_segments; the curated OOM rule does not (kaito-project/kaito#976)."""
+    fix = str(_by_id(DEV_B["https://github.com/kaito-project/kaito/issues/976"])["gpu-out-of-memory"]["fix"])
+    assert "the message says:" in fix and "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in fix, fix
+
+
+def test_an_error_whose_message_continues_below_and_advises_gets_that_advice() -> None:
+    """ "ImportError:" with the whole message on the lines below (vllm-project/vllm#34041)."""
+    finding = _by_id(DEV_B["https://github.com/vllm-project/vllm/issues/34041"])["message-advice"]
+    assert finding["origin"] == "fallback" and "numpy<2" in str(finding["fix"]), finding
+
+
+def test_a_log_cut_inside_a_traceback_says_what_to_collect() -> None:
+    log = "ERROR 12-03 10:00:00 [core.py:1] EngineCore hit an exception: Traceback (most recent call last):\n"
+    log += 'ERROR 12-03 10:00:00 [core.py:1]   File "/x/vllm/v1/engine/core.py", line 287, in run_engine_core\n'
+    (finding,) = diagnose_text(log)
+    assert (finding["id"], finding["severity"]) == ("not-enough-evidence", "warning")
+    assert "complete log" in str(finding["fix"])
