@@ -1,7 +1,8 @@
-"""A model's config.json, read in one place: bounded, validated, and with one rule for multimodal configs (the
-language model's values nest under `text_config` and win over the top level's; the top level keeps what only it
-says, such as quantization_config). checks/ imports nothing from launcher/, so doctor's facts, bench's roofline
-and serve's preflight all read it here (launcher/documents.py re-exports it)."""
+"""A model's config.json (and the hf_quant_config.json beside it), read in one place: bounded, validated, and with
+one rule for multimodal configs (the language model's values nest under `text_config` and win over the top level's;
+the top level keeps what only it says, such as quantization_config). checks/ imports nothing from launcher/, so
+doctor's facts, probe, bench's roofline and serve's preflight all read it here (launcher/documents.py re-exports
+it)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ def read_model_config(path: Path) -> dict[str, Any]:
     if text is not None and not isinstance(text, dict):
         raise ConfigError(f"{file}: text_config must be an object, not {json.dumps(text)[:40]}")
     return merged(doc)
+
+
+def read_hf_quant_config(path: Path) -> dict[str, Any] | None:
+    """ModelOpt's hf_quant_config.json beside config.json (`path`: the model folder or its config.json), which vLLM
+    reads when config.json has no quantization_config (ModelOpt 0.29 and before; Nemotron 3 Nano's NVFP4 release).
+    None when there is none, or it is unreadable, too large or not a JSON object."""
+    folder = path if path.is_dir() else path.parent
+    try:
+        with (folder / "hf_quant_config.json").open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        doc = json.loads(raw) if len(raw) <= MAX_CONFIG_BYTES else None
+    except (OSError, ValueError):  # ValueError: not UTF-8 or not JSON
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def merged(config: dict[str, Any]) -> dict[str, Any]:

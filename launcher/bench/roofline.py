@@ -16,11 +16,11 @@ TPOT-based percentage gives.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checks.model_config import read_hf_quant_config
 from launcher.bench.traffic import (
     BYTES_PER_PARAM,
     ModelTraffic,
@@ -118,17 +118,6 @@ def quantization_of(
         return quant.read(config, hf_quant, _flag_value(server_argv, "--quantization"))
     except quant.UnknownQuantization as e:
         raise RooflineError(str(e)) from None
-
-
-def hf_quant_of(model: Path) -> dict[str, Any] | None:
-    """The hf_quant_config.json in a model folder (or beside its config.json), which vLLM reads when config.json
-    has no quantization_config (Nemotron 3 Nano's NVFP4 release); None when absent or unreadable."""
-    folder = model if model.is_dir() else model.parent
-    try:
-        doc = json.loads((folder / "hf_quant_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def weight_dtype_of(config: dict[str, Any], server_argv: list[str]) -> str:
@@ -295,7 +284,7 @@ def annotate_files(summary: Path, model: Path) -> Roofline:
     doc = read_json(summary, "give a bench summary.json")
     config = read_json(model / "config.json" if model.is_dir() else model, "give the model's config.json")
     served_args = launch_args(str(model), [])[0] if (model / MARKER).is_file() else []
-    return annotate(doc, config, served_args=served_args, hf_quant=hf_quant_of(model))
+    return annotate(doc, config, served_args=served_args, hf_quant=read_hf_quant_config(model))
 
 
 def exit_code(roofline: Roofline) -> ExitCode:

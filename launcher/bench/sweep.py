@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from checks.model_config import ConfigError, read_model_config
+from checks.model_config import ConfigError, read_hf_quant_config, read_model_config
 from launcher.bench import procs, results
 from launcher.bench import provenance as prov
 from launcher.bench.client import RequestRecord, ServerInfo, Target, server_info
@@ -251,6 +251,6 @@ def _add_roofline(outcome: SweepOutcome, model: Path, out: Path) -> None:
     except ConfigError:
         return
     outcome.summary["roofline"] = roofline.annotate(
-        outcome.summary, config, hf_quant=roofline.hf_quant_of(model)
+        outcome.summary, config, hf_quant=read_hf_quant_config(model)
     ).to_json()
     results.write_summary(out, outcome.summary)

@@ -4,13 +4,11 @@ A NemotronH hybrid's GEMMs, experts and Mamba mixer come from launcher/probe/hyb
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.model_config import ConfigError, read_model_config
+from checks.model_config import ConfigError, read_hf_quant_config, read_model_config
 from launcher.errors import BadInput
 from launcher.model import quant as storage
 from launcher.probe import chains as chain_table
@@ -119,18 +117,10 @@ def hybrid_layer(model: Path, cfg: dict[str, Any], online: str | None) -> Layer:
     return layer
 
 
-def hf_quant_config(model: Path) -> dict[str, Any] | None:
-    """ModelOpt's hf_quant_config.json beside config.json (None: there is none, or it is not a JSON object)."""
-    found: Any = None
-    with contextlib.suppress(OSError, json.JSONDecodeError):
-        found = json.loads((model / "hf_quant_config.json").read_text())
-    return found if isinstance(found, dict) else None
-
-
 def module_storage(model: Path, cfg: dict[str, Any], online: str | None) -> storage.Quantization:
     """Each module's storage, read as vLLM reads it (launcher.model.quant); an unknown scheme is bad input."""
     try:
-        return storage.read(cfg, hf_quant_config(model), online)
+        return storage.read(cfg, read_hf_quant_config(model), online)
     except storage.UnknownQuantization as e:
         raise BadInput(f"{model}: {e}", "give a model folder whose quantization vLLM runs with FP8 or NVFP4") from None
 
@@ -138,7 +128,7 @@ def module_storage(model: Path, cfg: dict[str, Any], online: str | None) -> stor
 def model_quantization(model: Path, online: str | None) -> chain_table.Quantization:
     """The checkpoint's quantization, or vLLM's online quantization of an unquantized one (--quantization, or a
     profile's). A checkpoint quantized one way cannot be served quantized another: that is bad input."""
-    found = chain_table.checkpoint_quantization(read_config(model), hf_quant_config(model))
+    found = chain_table.checkpoint_quantization(read_config(model), read_hf_quant_config(model))
     if online is None:
         return found
     asked = chain_table.online_quantization(online, f"--quantization {online}")
