@@ -13,7 +13,7 @@ from launcher.ab.guard import compiled_during, log_offset
 from launcher.ab.measure import bench_pass, pass_folder
 from launcher.ab.servers import ServerPool, Up, reset_prefix_cache
 from launcher.ab.state import AbRun
-from launcher.ab.window import MIN_LATENCIES, MIN_REQUESTS_PER_STREAM, drift, settled
+from launcher.ab.window import MIN_LATENCIES, MIN_REQUESTS_PER_STREAM, Window, drift, settled
 
 Say = Callable[[str], None]
 WARMUP_SEED = 1000  # warm-up prompts come from seeds the measured passes never use
@@ -32,8 +32,8 @@ def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say, passes: i
             since = log_offset(up.log)
             folder = pass_folder(run, f"warmup-{name}-{start}-c{c}-{k}")
             result = bench_pass(run, up, folder, name, c, WARMUP_SEED + k, run.windows.get(c, run.cfg.window_s))
-            if result.window is not None and result.window.requests:
-                run.paces[(name, c)] = (result.window.requests / result.window.seconds, result.window.latency_s)
+            if result.window is not None and (got := pace(result.window)) is not None:
+                run.paces[(name, c)] = got
             bins = result.window.bins if result.window else ()
             cov = drift(bins)
             done = settled(bins, WARM_COV) and not compiled_during(up.log, since)
@@ -43,6 +43,16 @@ def warm_up(run: AbRun, pool: ServerPool, up: Up, name: str, say: Say, passes: i
                             "cov": None if cov is None else round(cov, 4)})  # fmt: skip
         if passes and not done:
             say(f"{name}: c={c} still drifting after {k} warm-up pass(es); measuring anyway (the report says so)")
+
+
+def pace(window: Window) -> tuple[float, float] | None:
+    """A side's requests per second and request latency at one level. A closed loop's rate is the requests in
+    flight over their latency (Little's law); counting the completions inside a window shorter than a few latencies
+    undercounts it (the H200, 2026-12-03: eager Nano at c=8, seconds per request, a 5 s warm-up window completed
+    a few and sized the passes at the 600 s cap)."""
+    if window.latency_s <= 0 or window.in_flight <= 0:
+        return None
+    return window.in_flight / window.latency_s, window.latency_s
 
 
 def size_windows(run: AbRun, say: Say) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from launcher.ab.report import agreement_text, sentence
 from launcher.ab.servers import Up
 from launcher.ab.sides import Side
 from launcher.ab.state import AbRun
+from launcher.ab.warmup import pace, size_windows
+from launcher.ab.window import steady_window
 from launcher.cli.main import main
 from launcher.errors import BadInput
 from launcher.profiles.profile import load_profile
@@ -319,3 +322,19 @@ def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_p
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, Together(url))  # type: ignore[arg-type]
     assert outcome.doc["rounds"] == [] and outcome.doc["status"] == "complete"
     assert outcome.doc["stopped_by"].startswith("budget: server starts and warm-ups took")
+
+
+def test_a_pass_window_shorter_than_a_request_still_paces_the_level() -> None:
+    # eager Nano on the H200 (2026-12-03): ~6 s per request at c=8; a 5 s warm-up pass completes almost nothing in
+    # its window, yet the level's pace is the closed loop's: 8 in flight / 6 s. Sized from the completions, the
+    # passes were stretched to the 600 s cap and the budget went to warm-up.
+    records = [{"ok": True, "start_s": 0.1 * i + 6.0 * k, "ttft_s": 0.5, "e2e_s": 6.0, "output_tokens": 64}
+               for i in range(8) for k in range(2)]  # fmt: skip
+    window = steady_window(records, 8)
+    assert window is not None and window.requests < 10 * 8
+    rate, latency = pace(window) or (0.0, 0.0)
+    assert abs(rate - 8 / 6.0) < 0.1 and latency == 6.0
+    run = SimpleNamespace(cfg=SimpleNamespace(workload=SimpleNamespace(concurrency=(8,)), window_s=5.0),
+                          paces={("eager", 8): (rate, latency)}, windows={})  # fmt: skip
+    size_windows(run, lambda _: None)  # type: ignore[arg-type]
+    assert 60 <= run.windows[8] <= 80  # 10 requests per stream at 8/6 per second, a fifth to spare: 72 s
