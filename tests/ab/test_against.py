@@ -152,10 +152,10 @@ def test_a_run_measures_each_alternative_and_an_infeasible_one_is_a_result(tmp_p
     """The discovery start reads the Super log; the ab runs the base against its three sides on the fake server;
     the MoE side does not start, and is infeasible with its diagnosis while the others are judged. A rerun of the
     same command reads fallbacks.json and starts no second discovery."""
-    from tests.fake_server import serving
+    from tests.fake_server import PACED_S, serving
     from tests.helpers import free_port
 
-    with serving(free_port()) as url:
+    with serving(free_port(), token_delay_s=PACED_S) as url:
         got, said, pool = _run(tmp_path, url, fail=("no-fp4-emulation-moe-backend",))
     assert pool.started[0] == "base"  # the discovery start, before the ab's own
     found = json.loads((tmp_path / "o" / "fallbacks.json").read_text())
