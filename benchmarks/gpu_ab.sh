@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # ab v2 on the H200 (vLLM 0.26 importable as python3, gpu/README.md), from the repository root, in the background:
 #   nohup bash benchmarks/gpu_ab.sh all OUTDIR > OUTDIR.log 2>&1 &
-# Stages (each its own command; `all` runs fp8, nano, then moe, ~21 min of device time):
-#   fp8   ~8 min: dummy Llama-3.1-8B shape, online FP8, three co-resident servers started together: base (vLLM's FP8
-#         kernel on SM90: CUTLASS), torch (disabled_kernels=[CutlassFP8ScaledMMLinearKernel]: per-tensor torch
-#         scaled-mm) and base-again (--calibrate: the A/A). c=1,32,64, headline c=64. Measures the A/A spread per
-#         round at each level (issue 26: at most 1.5%) and judges torch against CUTLASS at every level.
-#   moe   ~8 min: dummy Qwen3-30B-A3B shape, online FP8: vLLM's default MoE kernel, moe_backend=triton and
+# Stages (each its own command; `all` runs fp8, nano, then moe, ~34 min of device time: two leases):
+#   fp8   ~12 min: dummy Llama-3.1-8B shape, online FP8, three co-resident servers (started one after the other):
+#         base (vLLM's FP8 kernel on SM90: CUTLASS), torch (disabled_kernels=[CutlassFP8ScaledMMLinearKernel]:
+#         per-tensor torch scaled-mm) and base-again (--calibrate: the A/A). c=1,32,64, headline c=64. Measures
+#         the A/A spread per round at each level (issue 26: at most 1.5%) and judges torch against CUTLASS at
+#         every level.
+#   moe   ~10 min: dummy Qwen3-30B-A3B shape, online FP8: vLLM's default MoE kernel, moe_backend=triton and
 #         moe_backend=marlin, co-resident, c=1,8,32,64, headline c=32. No A/A (a fourth 30 GB server does not fit
 #         beside three), so its verdicts say "noise not measured" unless a noise stored for this machine, model and
 #         window matches.
-#   nano  ~6 min: issue 27's graphs-vs-eager question on the dummy Nemotron 3 Nano 30B-A3B shape as released
+#   nano  ~12 min: issue 27's graphs-vs-eager question on the dummy Nemotron 3 Nano 30B-A3B shape as released
 #         (NVFP4 experts, FP8 KV), served with profiles/sm120.toml's flags of record co-resident: graphs (the
-#         profile) against eager (cuda_graphs=false), c=1,8,32, headline c=1 (the seed's 27 vs 97 tok/s). No
-#         NVFP4 MoE backend ab: on SM90 only Marlin runs (probe, 2026-12-03), so there is no second backend.
+#         profile) against eager (cuda_graphs=false), c=1,8, 32 output tokens, headline c=1 (the seed's 27 vs 97
+#         tok/s). No NVFP4 MoE backend ab: on SM90 only Marlin runs (probe, 2026-12-03), so there is no second
+#         backend.
 #   tune  ~6 min (optional): tune from the 2026-12-01 probe's close call, the final against the fp8 stage's noise.
 # All with ab's defaults (5 s steady windows, 2% threshold, Pocock-corrected looks, up to 8 rounds) and --budget,
 # so each stage ends on time; a wall-clock guard (SIGTERM: nemolaunch keeps the completed rounds) backs it up.
@@ -55,6 +57,7 @@ if [ -n "${GPU_AB_CPU_ENGINE:-}" ]; then  # rehearsal: same commands, CPU-sized
   nano=$GPU_AB_CPU_MODEL
   nano_levels=1,8
   nano_headline=1
+  nano_out=()
   budget_nano=${GPU_AB_BUDGET_MIN:-8}
 else
   engine=python3
@@ -67,13 +70,16 @@ else
   lens=(--input-len 256 --output-len 64)
   torch_set='disabled_kernels=["CutlassFP8ScaledMMLinearKernel"]'
   moe_sets=('moe_backend="triton"' 'moe_backend="marlin"')
-  # fp8: 3 starts together (~150 s cold), warm-up (3 sides x 3 levels, 1-3 passes of ~7 s), rounds of ~130 s
-  budget_fp8=${GPU_AB_BUDGET_MIN:-7.5}
-  budget_moe=${GPU_AB_BUDGET_MIN:-7.5}
+  # fp8: three starts one after the other (~150 s cold, then ~90 s each), warm-up, rounds of ~130 s
+  budget_fp8=${GPU_AB_BUDGET_MIN:-12}
+  budget_moe=${GPU_AB_BUDGET_MIN:-10}
   nano=${GPU_AB_NANO:-$work/nemotron-3-nano-30b-a3b-nvfp4}
-  nano_levels=1,8,32
+  # eager Nano ran 51 tok/s with 32 in flight (2026-12-03): its requests last tens of seconds at c=32, and a window
+  # holds 10 per stream, so the levels stop at 8 and the answers at 32 tokens
+  nano_levels=1,8
   nano_headline=1
-  budget_nano=${GPU_AB_BUDGET_MIN:-6}
+  nano_out=(--output-len 32)
+  budget_nano=${GPU_AB_BUDGET_MIN:-12}
 fi
 
 profile() {  # FILE DESCRIPTION: 4096 context, CUDA graphs
@@ -159,7 +165,8 @@ nano_stage() {
     sed 's/^\[vllm\]$/[vllm]\nmax_model_len = 4096/' profiles/sm120.toml > "$work/nano.toml"
   fi
   run_ab nano "$budget_nano" --model "$nano" --config "graphs=$work/nano.toml" \
-    --config "eager=$work/nano.toml,cuda_graphs=false" --concurrency "$nano_levels" --headline-level "$nano_headline"
+    --config "eager=$work/nano.toml,cuda_graphs=false" --concurrency "$nano_levels" --headline-level "$nano_headline" \
+    "${nano_out[@]}"
 }
 tune_stage() {
   shape llama-3.1-8b "$dense"

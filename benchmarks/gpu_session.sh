@@ -5,11 +5,11 @@
 #   setsid bash benchmarks/gpu_session.sh RESULTS [STAGE ...] > RESULTS.log 2>&1 < /dev/null &
 #   bash benchmarks/gpu_session.sh --collect RESULTS TARBALL SECONDS   # waits until done or SECONDS pass,
 #                                                                      # refreshing TARBALL every 15 s
-# Stages (default: ab-fp8 ab-nano ab-moe, in this order, ~21 min): ab-fp8, ab-nano, ab-moe and tune (gpu_ab.sh, ab
-# budgets of 8, 5.5 and 6 min), fidelity (gpu_bench_fidelity.sh), probe (gpu_probe.sh), moe (gpu_shapes.sh on the
-# Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256 alone, three clients), fidelity256-pinned (c=256
-# against vLLM's client, 3 blocks of longer passes, each process on cores of its own) and probe-nice0 (probe with
-# FlashInfer's attention compile at normal priority). Each stage's
+# Stages (default: ab-fp8 ab-nano ab-moe, in this order, ~34 min: more than one lease, so name two): ab-fp8, ab-
+# nano, ab-moe and tune (gpu_ab.sh, ab budgets of 12, 12 and 10 min), fidelity (gpu_bench_fidelity.sh), probe
+# (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256 alone,
+# three clients), fidelity256-pinned (c=256 against vLLM's client, 3 blocks of longer passes, each process on cores
+# of its own) and probe-nice0 (probe with FlashInfer's attention compile at normal priority). Each stage's
 # command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
 # RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
@@ -96,9 +96,9 @@ for s in "${stages[@]}"; do
     fidelity256-pinned) stage fidelity256-pinned 300 480 env MODEL_DIR="$model" LEVELS=256 BLOCKS=3 \
       PROMPTS_PER_STREAM=8 PIN=1 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256-pinned" ;;
     # gpu_ab.sh's stages, one folder: tune reads the fp8 stage's noise from it
-    ab-fp8) stage ab-fp8 300 600 env GPU_AB_BUDGET_MIN=8 GPU_AB_DENSE="$model" bash benchmarks/gpu_ab.sh fp8 "$results/ab" ;;
-    ab-nano) stage ab-nano 300 600 env GPU_AB_BUDGET_MIN=5.5 bash benchmarks/gpu_ab.sh nano "$results/ab" ;;
-    ab-moe) stage ab-moe 300 600 env GPU_AB_BUDGET_MIN=6 bash benchmarks/gpu_ab.sh moe "$results/ab" ;;
+    ab-fp8) stage ab-fp8 300 900 env GPU_AB_DENSE="$model" bash benchmarks/gpu_ab.sh fp8 "$results/ab" ;;
+    ab-nano) stage ab-nano 300 900 bash benchmarks/gpu_ab.sh nano "$results/ab" ;;
+    ab-moe) stage ab-moe 300 780 bash benchmarks/gpu_ab.sh moe "$results/ab" ;;
     tune) stage tune 240 600 env GPU_AB_DENSE="$model" bash benchmarks/gpu_ab.sh tune "$results/ab" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
     # the same with FlashInfer's attention compile at normal priority (the long pole of a fresh run at nice 10)
