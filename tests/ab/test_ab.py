@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from launcher.ab import answers, calibration, sides, tune
+from launcher.ab import answers, calibration, servers, sides, tune
 from launcher.ab import run as ab
 from launcher.ab.config import AbConfig, Workload
 from launcher.ab.document import read_ab
@@ -338,3 +339,37 @@ def test_a_pass_window_shorter_than_a_request_still_paces_the_level() -> None:
                           paces={("eager", 8): (rate, latency)}, windows={})  # fmt: skip
     size_windows(run, lambda _: None)  # type: ignore[arg-type]
     assert 60 <= run.windows[8] <= 80  # 10 requests per stream at 8/6 per second, a fifth to spare: 72 s
+
+
+class _StartOrder:
+    """Stands in for a server's owner thread: records when it was started and when it served."""
+
+    events: ClassVar[list[str]] = []
+
+    def __init__(self, plan: Any, model: str, log: Path, say: Any, ready_timeout_s: float) -> None:
+        self.name, self.ready = log.stem, threading.Event()
+        self.result = Up("http://127.0.0.1:1", "m", 1.0, {}, None, log, None)
+
+    def start(self) -> None:
+        self.events.append(f"start {self.name}")
+        threading.Timer(0.05, self._serve).start()
+
+    def _serve(self) -> None:
+        self.events.append(f"up {self.name}")
+        self.ready.set()
+
+
+@pytest.mark.parametrize(("profile", "together"), [("sm90", False), ("cpu", True)])
+def test_gpu_servers_start_one_after_the_other(
+    profile: str, together: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the H200, 2026-12-03: three servers started together each counted the others' memory as their own and two
+    # found "No available memory for the cache blocks"; the CPU engine's KV space is per process
+    monkeypatch.setattr(servers, "_Owner", _StartOrder)
+    monkeypatch.setattr(servers.ServerPool, "_plan", lambda self, side, port: None)
+    _StartOrder.events = []
+    pool = servers.ServerPool("m", None, "co-resident", tmp_path, lambda _: None, shares=2)
+    got = pool.start([Side("a", profile), Side("b", profile)])
+    assert set(got) == {"a", "b"}
+    first_up = _StartOrder.events.index("up a-1")
+    assert (_StartOrder.events.index("start b-1") < first_up) == together
