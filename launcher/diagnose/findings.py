@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from launcher.diagnose.advice import SUPPORT_GAP, message_advice
 from launcher.diagnose.lifecycle import (
     COLLECT_AFTER_CUT_TRACEBACK,
     COLLECT_AFTER_EARLY_END,
@@ -18,7 +19,7 @@ from launcher.diagnose.lifecycle import (
 )
 from launcher.diagnose.logtext import level
 from launcher.diagnose.rules import Rule, Severity
-from launcher.diagnose.templates import SUPPORT_GAP, Site, message_advice
+from launcher.diagnose.templates import Site
 
 MAX_EVIDENCE = 5
 # errors of the code itself, not of its input: a bug in the release installed

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from launcher.diagnose import lifecycle as life
+from launcher.diagnose.advice import message_advice
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
 from launcher.diagnose.logtext import (
@@ -29,7 +30,7 @@ from launcher.diagnose.logtext import (
 )
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
-from launcher.diagnose.templates import TemplateIndex, message_advice
+from launcher.diagnose.templates import TemplateIndex
 
 SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's lines are searched in this much
 LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal

@@ -5,9 +5,10 @@ condition, the advice its message carries and the knobs its function reads.
 
 from __future__ import annotations
 
+from launcher.diagnose.advice import SUPPORT_GAP
 from launcher.diagnose.lifecycle import STAGE_FIX
 from launcher.diagnose.rules import Rule, Severity
-from launcher.diagnose.templates import SUPPORT_GAP, Site, TemplateIndex
+from launcher.diagnose.templates import Site, TemplateIndex
 
 MAX_TITLE = 110
 

@@ -8,11 +8,11 @@ anchored on its rarest whole word; a line is compared only with the templates an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.diagnose.advice import advice
 from launcher.diagnose.literals import NON_WORD, WORD, ordinary_word_counts
 from launcher.diagnose.logtext import message, normal
 
@@ -20,47 +20,6 @@ MIN_MATCHED = 16  # literal characters a match must cover
 MIN_SHARE = 0.25  # and this share of the message: a short common phrase inside a long message is not its source
 # where a package's own messages win a tie: the engine's first, then its kernels, then the libraries under it
 PACKAGE_ORDER = ("vllm", "flashinfer", "nccl", "cuda_runtime", "torch", "triton", "transformers", "huggingface_hub")
-_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
-_ENV = re.compile(r"\b(?:VLLM|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP)_[A-Z0-9_]{2,}\b")
-_IMPERATIVE = re.compile(
-    r"^(?:please\s+|you (?:can|may|should|might want to|need to)\s+|consider\s+|otherwise,?\s+|or\s+"
-    r"|to fix.{0,20}?,\s*)?"
-    r"(?:try|set|use|install|upgrade|downgrade|decrease|increase|reduce|lower|raise|disable|enable|make sure|"
-    r"specify|pass|add|remove|check|run|reinstall|update|export|unset|switch)\b",
-    re.IGNORECASE,
-)
-_WORDS = re.compile(r"[a-z0-9]+")
-_FIELD = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # a parameter named in snake_case
-_GUARD_FIELD = re.compile(r"\b(?:self|\w*config|\w*args)\.([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?!\()")
-# a message that says the installed software lacks something: a newer release may have it
-SUPPORT_GAP = re.compile(
-    r"(?i)\bnot (?:yet )?(?:supported|implemented)\b|\bunsupported\b|\b(?:does|do) not support\b.*\byet\b"
-    r"|\bunknown \w+ method\b"
-)
-# a sentence that says what causes the message ("This can be caused by too large tensor parallel size.")
-_CAUSAL = re.compile(r"\b(?:(?:can|may|might|could) be|is|are|was|often|usually|likely) (?:caused by|due to)\b", re.I)
-# a sentence that advises: an imperative, or "... may help"
-_ADVICE = re.compile(
-    r"(?i)\b(?:try|set|use|install|downgrade|upgrade|increase|decrease|reduce|reducing|lower|raise|disable|enable|"
-    r"consider|please|make sure|may help|might help|should help)\b"
-)
-# a parameter a message names in quotes or backticks ('num_stages', `gpu_memory_utilization`, 'numpy<2')
-_QUOTED_NAME = re.compile(r"[`'\"][A-Za-z_][\w.-]*(?:[<>=]=?[\w.]+)?[`'\"]")
-_SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
-
-
-def message_advice(said: str, knobs_only: bool) -> str | None:
-    """The sentences of a logged message that advise what to do, for a finding's fix; with knobs_only, only those
-    that name a flag, a variable or a quoted parameter (a curated fix already says the rest)."""
-    kept = []
-    for sentence in _SENTENCE.split(said):
-        sentence = sentence.strip()
-        if not sentence or not _ADVICE.search(sentence):
-            continue
-        if knobs_only and not (_FLAG.search(sentence) or _ENV.search(sentence) or _QUOTED_NAME.search(sentence)):
-            continue
-        kept.append(sentence)
-    return " ".join(kept)[:300] or None
 
 
 @dataclass(frozen=True)
@@ -196,17 +155,8 @@ class TemplateIndex:
         return -best[2] if best else None
 
     def advice(self, said: str, guard: str | None = None) -> tuple[list[str], list[str]]:
-        """What the message itself says to do: its imperative clauses, and the flags, variables and parameters it
-        names (an engine argument named in snake_case is its --flag), with the fields its raising condition tests."""
-        sentences = [s.strip() for s in _SENTENCE.split(said)]
-        clauses = [s for s in sentences if _IMPERATIVE.search(s) or _CAUSAL.search(s)]
-        fields = _FIELD.findall(said) + (_GUARD_FIELD.findall(guard) if guard else [])
-        # an engine argument named in words ("too large tensor parallel size") is its flag too
-        prose = " ".join(_WORDS.findall(said.lower()))
-        fields += [a for a in sorted(self.engine_args) if "_" in a and f" {a.replace('_', ' ')} " in f" {prose} "]
-        knobs = _FLAG.findall(said) + _ENV.findall(said)
-        knobs += [f"--{w.replace('_', '-')}" if w in self.engine_args else w for w in fields]
-        return clauses, list(dict.fromkeys(knobs))
+        """What the message itself says to do (advice.advice), an engine argument named as its --flag."""
+        return advice(said, guard, self.engine_args)
 
     def flag_of(self, knob: str) -> str:
         """A config field the code reads, as the flag that sets it where there is one."""

@@ -1,0 +1,77 @@
+"""The advice a logged message carries: the sentences that tell the reader what to do, and the flags,
+environment variables and parameters they name. A finding's fix quotes them: software often says its own fix.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+_ENV = re.compile(r"\b(?:VLLM|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP)_[A-Z0-9_]{2,}\b")
+# verbs a message advises with, in the imperative ("Provide the model as ...", "you should pass --x")
+ADVICE_VERBS = (
+    "try", "set", "use", "pass", "provide", "specify", "install", "reinstall", "uninstall", "upgrade", "downgrade",
+    "update", "increase", "decrease", "reduce", "lower", "raise", "disable", "enable", "add", "remove", "check",
+    "verify", "ensure", "make sure", "run", "rerun", "restart", "export", "unset", "switch", "change", "adjust",
+    "choose", "select", "consider", "free", "move", "point", "limit", "avoid", "rebuild", "recompile", "build",
+    "call", "download", "login", "log in", "allocate", "mount", "configure",
+)  # fmt: skip
+# what stands before an imperative: the sentence's start, a plea, a modal addressed to the reader, a clause's
+# start after a comma or "or"; a gerund after "consider"/"try"/"recommend" ("consider reducing")
+_LEAD = (
+    r"(?:^|\bplease\s+|\byou (?:can|could|may|should|must|need to|have to|might want to|will need to|want to)\s+"
+    r"|\b(?:it is )?recommended to\s+|\bmake sure to\s+|\bbe sure to\s+|\bremember to\s+|[,;:]\s*"
+    r"|\b(?:or|then|otherwise|instead|alternatively),?\s+|\bto fix (?:this|it),?\s+)"
+)
+_ADVISING = re.compile(
+    rf"(?i){_LEAD}(?:{'|'.join(ADVICE_VERBS)})\b(?!\s+(?:failed|error|succeeded|completed?|finished)\b)(?=\s+\S)"
+    r"|\b(?:consider|try|recommend\w*|suggest\w*)\s+[a-z]+ing\b|\b(?:may|might|should|would|could) help\b"
+    r"|\bplease\s+[a-z]{3,}"
+)
+_WORDS = re.compile(r"[a-z0-9]+")
+_FIELD = re.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")  # a parameter named in snake_case
+_GUARD_FIELD = re.compile(r"\b(?:self|\w*config|\w*args)\.([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?!\()")
+# a message that says the installed software lacks something: a newer release may have it
+SUPPORT_GAP = re.compile(
+    r"(?i)\bnot (?:yet )?(?:supported|implemented)\b|\bunsupported\b|\b(?:does|do) not support\b.*\byet\b"
+    r"|\bunknown \w+ method\b"
+)
+# a sentence that says what causes the message ("This can be caused by too large tensor parallel size.")
+_CAUSAL = re.compile(r"\b(?:(?:can|may|might|could) be|is|are|was|often|usually|likely) (?:caused by|due to)\b", re.I)
+# a parameter a message names in quotes or backticks ('num_stages', `gpu_memory_utilization`, 'numpy<2')
+_QUOTED_NAME = re.compile(r"[`'\"][A-Za-z_][\w.-]*(?:[<>=]=?[\w.]+)?[`'\"]")
+_SENTENCE = re.compile(r"(?<=[.;!?])\s+|\s+(?=(?:Please|Try|Consider|You can|You may|You should)\b)")
+
+
+def advises(sentence: str) -> bool:
+    """The sentence tells the reader to do something: an imperative verb where an imperative stands."""
+    return _ADVISING.search(sentence) is not None
+
+
+def message_advice(said: str, knobs_only: bool) -> str | None:
+    """The sentences of a logged message that advise what to do, for a finding's fix; with knobs_only, only those
+    that name a flag, a variable or a quoted parameter (a curated fix already says the rest)."""
+    kept = []
+    for sentence in _SENTENCE.split(said):
+        sentence = sentence.strip()
+        if not sentence or not advises(sentence):
+            continue
+        if knobs_only and not (_FLAG.search(sentence) or _ENV.search(sentence) or _QUOTED_NAME.search(sentence)):
+            continue
+        kept.append(sentence)
+    return " ".join(kept)[:300] or None
+
+
+def advice(said: str, guard: str | None, engine_args: frozenset[str]) -> tuple[list[str], list[str]]:
+    """What the message itself says to do: its advising or causal sentences, and the flags, variables and
+    parameters it names (an engine argument, in snake_case or in words, is its --flag) with the fields its raising
+    condition tests."""
+    sentences = [s.strip() for s in _SENTENCE.split(said)]
+    clauses = [s for s in sentences if advises(s) or _CAUSAL.search(s)]
+    fields = _FIELD.findall(said) + (_GUARD_FIELD.findall(guard) if guard else [])
+    # an engine argument named in words ("too large tensor parallel size") is its flag too
+    prose = " ".join(_WORDS.findall(said.lower()))
+    fields += [a for a in sorted(engine_args) if "_" in a and f" {a.replace('_', ' ')} " in f" {prose} "]
+    knobs = _FLAG.findall(said) + _ENV.findall(said)
+    knobs += [f"--{w.replace('_', '-')}" if w in engine_args else w for w in fields]
+    return clauses, list(dict.fromkeys(knobs))
