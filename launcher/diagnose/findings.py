@@ -50,7 +50,7 @@ class Finding:
 
     def fix(self) -> str:
         fix = self.rule.fix_in(self.stage)
-        for name, value in self.groups.items():
+        for name, value in {**dict(self.rule.defaults), **self.groups}.items():
             fix = fix.replace("{" + name + "}", value)
         if self.said and self.said not in fix:
             fix += f"; the message says: {self.said}"

@@ -44,6 +44,7 @@ class Rule:
     gpu_severity: tuple[tuple[str, Severity], ...] = ()
     stage_fix: tuple[tuple[str, str], ...] = ()  # the fix where the failure happened in that stage
     sites: tuple[str, ...] = ()  # "path/glob.py:function-glob" of the raise sites whose messages this rule explains
+    defaults: tuple[tuple[str, str], ...] = ()  # {name} in the fix where the line matched had no such group
 
     def severity_on(self, gpu_family: str | None) -> Severity:
         return dict(self.gpu_severity).get(gpu_family or "", self.severity)
@@ -113,6 +114,7 @@ def load_rules(paths: list[Path] | None = None) -> list[Rule]:
                     gpu_severity=tuple((k, _severity(v, where)) for k, v in entry.get("gpu_severity", {}).items()),
                     stage_fix=tuple(stage_fix.items()),
                     sites=sites,
+                    defaults=tuple((str(k), str(v)) for k, v in entry.get("defaults", {}).items()),
                 )
             )
     ids = [r.id for r in rules]
