@@ -5,10 +5,12 @@ by itself and costs one small child (the versions) when nothing changed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,14 @@ def _versions(python: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in answer.items()}
 
 
+@contextmanager
+def _one_builder(lock: Path) -> Iterator[None]:
+    """An exclusive lock on `lock` (fcntl.flock, released when the process ends), waited for."""
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def load_index(
     python: str | os.PathLike[str],
     sources: dict[str, tuple[Path, str]] | None = None,
@@ -80,26 +90,27 @@ def load_index(
     owner = hashlib.sha256(json.dumps([python, folders]).encode()).hexdigest()[:8]
     path = cache_dir("diagnose") / f"index-{owner}-{_key(python, packages, args)}.json"
     build_s = None
-    if refresh or not path.is_file():
-        for stale in path.parent.glob(f"index-{owner}-*.json"):
-            stale.unlink(missing_ok=True)
-        if on_build is not None:
-            listed = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
-            on_build(f"reading the messages of {listed} (once per set of versions; up to a minute or two)")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.child")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            r = run_python(python, SCRIPT, [str(tmp), *args], timeout=BUILD_TIMEOUT_S)
-            if not r.ok or not tmp.is_file():
-                reason = "timed out" if r.timed_out else r.last_error()
-                raise IndexUnavailable(f"building the message index under {python} failed: {reason}")
-            doc = json.loads(tmp.read_text())
-        finally:
-            tmp.unlink(missing_ok=True)
-        doc["anchors"] = anchors(doc["templates"])
-        build_s = float(doc.get("seconds", 0.0))
-        atomic_write_text(path, json.dumps(doc, separators=(",", ":")))
-    else:
-        doc = json.loads(path.read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _one_builder(path.parent / f".index-{owner}.lock"):  # a second process waits, then reads what it built
+        if refresh or not path.is_file():
+            for stale in path.parent.glob(f"index-{owner}-*.json"):
+                stale.unlink(missing_ok=True)
+            if on_build is not None:
+                listed = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
+                on_build(f"reading the messages of {listed} (once per set of versions; up to a minute or two)")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.child")
+            try:
+                r = run_python(python, SCRIPT, [str(tmp), *args], timeout=BUILD_TIMEOUT_S)
+                if not r.ok or not tmp.is_file():
+                    reason = "timed out" if r.timed_out else r.last_error()
+                    raise IndexUnavailable(f"building the message index under {python} failed: {reason}")
+                doc = json.loads(tmp.read_text())
+            finally:
+                tmp.unlink(missing_ok=True)
+            doc["anchors"] = anchors(doc["templates"])
+            build_s = float(doc.get("seconds", 0.0))
+            atomic_write_text(path, json.dumps(doc, separators=(",", ":")))
+        else:
+            doc = json.loads(path.read_text())
     index = TemplateIndex(doc)
     return index, IndexInfo(python, doc["packages"], len(index), path, build_s is None, build_s)
