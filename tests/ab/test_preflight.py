@@ -6,16 +6,16 @@ created; an existing one is left as it was, without even the run lock). The engi
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
+from launcher.cli.main import main
 from tests.fake_engine import engine_processes
-from tests.helpers import ROOT
 
 BEYOND = (
     "prompt 4000 + output 256 tokens is beyond the context of 2048 tokens that profile cpu serves model with; "
@@ -36,11 +36,23 @@ def model(tmp_path: Path) -> Path:
     return folder
 
 
-def nemolaunch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    env.pop("NEMOLAUNCH_PYTHON", None)
-    argv = [sys.executable, "-m", "launcher", *args]
-    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def nemolaunch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The CLI's entry point (launcher.cli.main, what `python -m launcher` runs) in this process, from tmp_path: its
+    exit code and what it and its children wrote to stdout and stderr (captured at the file descriptors)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("NEMOLAUNCH_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capfd.readouterr()
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["nemolaunch", *args], code, out, err)
+
+    return run
 
 
 def left_behind(tmp_path: Path, engine: Path) -> list[str]:
@@ -75,7 +87,12 @@ ARGS = {
 @pytest.mark.parametrize("existing_out", [False, True], ids=["new-out", "existing-out"])
 @pytest.mark.parametrize("case", list(ARGS))
 def test_usage_errors_stop_ab_and_tune_before_any_server(
-    case: str, existing_out: bool, fake_engine_python: Path, model: Path, tmp_path: Path
+    case: str,
+    existing_out: bool,
+    fake_engine_python: Path,
+    model: Path,
+    tmp_path: Path,
+    nemolaunch: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     args, code, line = ARGS[case]
     out = tmp_path / "out"
@@ -86,7 +103,7 @@ def test_usage_errors_stop_ab_and_tune_before_any_server(
     if "--model" not in args:
         given += ["--model", str(model)]
     argv = [a.replace("MODEL", str(model)) for a in args]
-    done = nemolaunch(tmp_path, *argv, *given, "--concurrency", "1", "--out", str(out))
+    done = nemolaunch(*argv, *given, "--concurrency", "1", "--out", str(out))
     assert done.returncode == code, done.stderr
     assert done.stderr.splitlines() == [f"nemolaunch: {line.replace('MODEL', str(model))}"]
     assert done.stdout == ""
