@@ -5,15 +5,14 @@ same path: launcher/output.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from launcher.cli.main import main
 from tests.fake_server import serving
-from tests.helpers import ROOT, free_port
+from tests.helpers import free_port
 
 PLANTED = {
     "env": "sk-planted-profile-env-0123456789",
@@ -24,14 +23,26 @@ PLANTED = {
 }
 
 
-def nemolaunch(tmp_path: Path, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    env["HF_TOKEN"] = PLANTED["environ"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "launcher", *args], cwd=tmp_path / "work", env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout + proc.stderr
+@pytest.fixture
+def nemolaunch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> Callable[..., str]:
+    """The CLI's entry point (launcher.cli.main, what `python -m launcher` runs) in this process, from tmp_path/work,
+    with a token in the environment: what it and its children wrote to stdout and stderr (captured at the file
+    descriptors), once it exited 0."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_TOKEN", PLANTED["environ"])
+    (tmp_path / "work").mkdir(exist_ok=True)
+    monkeypatch.chdir(tmp_path / "work")
+
+    def run(*args: str) -> str:
+        capfd.readouterr()
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        assert code == 0, err
+        return out + err
+
+    return run
 
 
 def leaks(folder: Path, printed: str) -> list[str]:
@@ -45,7 +56,6 @@ def leaks(folder: Path, printed: str) -> list[str]:
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> dict[str, Path]:
-    (tmp_path / "work").mkdir()
     folder = tmp_path / "inputs"
     folder.mkdir()
     profile = folder / "keyed.toml"
@@ -62,26 +72,26 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_bench_and_serve_write_and_print_no_secret(
-    tmp_path: Path, inputs: dict[str, Path], fake_engine_python: Path
+    tmp_path: Path, inputs: dict[str, Path], fake_engine_python: Path, nemolaunch: Callable[..., str]
 ) -> None:
     small = ["--concurrency", "1", "--num-prompts", "2", "--input-len", "8", "--output-len", "4", "--json"]
     printed = ""
     with serving(free_port()) as url:
         credentials = url.replace("http://", f"http://user:{PLANTED['url']}@")
-        printed += nemolaunch(tmp_path, "bench", "--url", credentials, *small, "--out", "../url")
-        printed += nemolaunch(
-            tmp_path, "bench", "--url", url, "--api-key-file", str(inputs["key"]), *small, "--out", "../key"
-        )
+        printed += nemolaunch("bench", "--url", credentials, *small, "--out", "../url")
+        printed += nemolaunch("bench", "--url", url, "--api-key-file", str(inputs["key"]), *small, "--out", "../key")
     served = ["--profile", str(inputs["profile"]), "--model", str(inputs["model"]), "--python", str(fake_engine_python)]
-    printed += nemolaunch(tmp_path, "bench", *served, *small, "--out", "../profile")
-    printed += nemolaunch(tmp_path, "serve", *served, "--port", str(free_port()), "--smoke", "--log-file", "../s.log")
-    printed += nemolaunch(tmp_path, "serve", *served, "--dry-run", "--json")
+    printed += nemolaunch("bench", *served, *small, "--out", "../profile")
+    printed += nemolaunch("serve", *served, "--port", str(free_port()), "--smoke", "--log-file", "../s.log")
+    printed += nemolaunch("serve", *served, "--dry-run", "--json")
     assert (tmp_path / "profile" / "server.log").is_file() and (tmp_path / "url" / "summary.json").is_file()
     assert leaks(tmp_path, printed) == []
 
 
 @pytest.mark.engine
-def test_model_shape_writes_and_prints_no_secret(tmp_path: Path, inputs: dict[str, Path], engine_python: Path) -> None:
-    printed = nemolaunch(tmp_path, "model", "shape", "llama-3-8b", "../shape", "--python", str(engine_python))
+def test_model_shape_writes_and_prints_no_secret(
+    tmp_path: Path, inputs: dict[str, Path], engine_python: Path, nemolaunch: Callable[..., str]
+) -> None:
+    printed = nemolaunch("model", "shape", "llama-3-8b", "../shape", "--python", str(engine_python))
     assert (tmp_path / "shape" / "config.json").is_file()
     assert leaks(tmp_path, printed) == []
