@@ -1,6 +1,7 @@
 """Recall and false alarms of `diagnose` on real failure logs from public threads. Prints numbers; not a test.
 
-    python benchmarks/diagnose_recall.py [CASES.jsonl] [--python ENGINE_PYTHON] [--holdout | --dev] [-v]
+    python benchmarks/diagnose_recall.py [CASES.jsonl] [--python ENGINE_PYTHON [--source DIR ...]]
+        [--holdout | --dev] [-v]
 
 Each case is an excerpt quoted from a public thread (source URL in the file) with the key its fix must name
 (a flag, variable or package) and whether it is benign. A failure counts as recognised when an error or warning
@@ -8,7 +9,8 @@ finding other than the catch-alls ("root-error", "engine-core-died") names that 
 key only needs an error or warning. A benign case is a false alarm when any error is found.
 
 --python builds (or reads from the cache) the message index of that engine's packages and matches with it too;
-without it, the curated knowledge base alone. The origin of each recognising finding is counted: the message
+without it, the curated knowledge base alone. --source adds a package folder the engine lacks (an unpacked
+wheel's sglang/, as `diagnose --source`). The origin of each recognising finding is counted: the message
 index, the curated base, or the fallback (what to collect when the log cannot tell).
 
 A key matches with "_" and "-" taken as the same character: an engine argument is --max-model-len on the command
@@ -29,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.diagnose.index import IndexUnavailable, load_index  # noqa: E402
+from launcher.diagnose.index import IndexUnavailable, load_index, source_tree  # noqa: E402
 from launcher.diagnose.rules import load_rules  # noqa: E402
 from launcher.diagnose.run import diagnose_blocks  # noqa: E402
 
@@ -52,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="?", type=Path, default=FIXTURES / "holdout.jsonl")
     parser.add_argument("--python", help="the engine interpreter whose message index is used")
+    parser.add_argument("--source", type=Path, action="append", default=[], help="a package folder read beside it")
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--holdout", action="store_true", help="only the held-out quarter of the fresh set")
     split.add_argument("--dev", action="store_true", help="only the rest of the fresh set")
@@ -60,7 +63,8 @@ def main() -> None:
 
     rules = load_rules()
     try:
-        index = load_index(args.python)[0] if args.python else None
+        extra = dict(source_tree(folder) for folder in args.source)
+        index = load_index(args.python, extra=extra)[0] if args.python else None
     except IndexUnavailable as e:
         sys.exit(f"diagnose_recall: {e}")
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]

@@ -20,12 +20,20 @@ if TYPE_CHECKING:
     "--gpu", help="The GPU the log came from (SM120, sm_121, 'RTX 5090', 'GB10', ...): some findings depend on it."
 )
 @PYTHON_OPTION
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A package's source folder to read messages from beside the engine's own (one the engine lacks, e.g. an "
+    "unpacked wheel's sglang/); repeatable.",
+)
 @JSON_OPTION
-def diagnose(logfile: str, gpu: str | None, python: Path | None, as_json: bool) -> int:
+def diagnose(logfile: str, gpu: str | None, python: Path | None, sources: tuple[Path, ...], as_json: bool) -> int:
     """Find known serving failures in a vLLM log (LOGFILE, or - for stdin) and give each its fix.
 
     Lines are matched against the knowledge base and against the error messages of the engine's installed
-    packages (vLLM, torch, FlashInfer, ...), read from their sources once per set of versions and cached.
+    packages (vLLM, SGLang, torch, FlashInfer, ...), read from their sources once per set of versions and cached.
 
     Exit 1 when an error-level finding exists, 0 otherwise.
     """
@@ -41,7 +49,7 @@ def diagnose(logfile: str, gpu: str | None, python: Path | None, as_json: bool) 
     def say(line: str) -> None:
         click.echo(f"nemolaunch: {line}", err=True)
 
-    diagnosis = stage.diagnose_file(logfile, sys.stdin.buffer, family, python, on_build=say)
+    diagnosis = stage.diagnose_file(logfile, sys.stdin.buffer, family, python, on_build=say, sources=sources)
     findings, lines = diagnosis.findings, diagnosis.lines
     if as_json:
         index = diagnosis.index.to_json() if diagnosis.index else None

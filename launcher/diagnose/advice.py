@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
-_ENV = re.compile(r"\b(?:VLLM|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP)_[A-Z0-9_]{2,}\b")
+_ENV = re.compile(
+    r"\b(?:VLLM|SGLANG|SGL|NCCL|CUDA|TORCH|PYTORCH|TRITON|FLASHINFER|HF|TRANSFORMERS|RAY|OMP)_[A-Z0-9_]{2,}\b"
+)
 # verbs a message advises with, in the imperative ("Provide the model as ...", "you should pass --x")
 ADVICE_VERBS = (
     "try", "set", "use", "pass", "provide", "specify", "install", "reinstall", "uninstall", "upgrade", "downgrade",

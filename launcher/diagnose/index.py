@@ -18,9 +18,11 @@ from typing import Any
 from checks.files import atomic_write_text, cache_dir
 from checks.proc import run_python
 from launcher.diagnose.templates import TemplateIndex, anchors
+from launcher.errors import BadInput
 from launcher.paths import CHILD_DIR
 
 SCRIPT = CHILD_DIR / "message_index.py"
+TEMPLATES_SCRIPT = CHILD_DIR / "message_templates.py"  # the child imports it
 VERSIONS_TIMEOUT_S = 60.0
 BUILD_TIMEOUT_S = 900.0  # a cold build reads ~8,000 source files: about a minute on two cores
 
@@ -51,7 +53,7 @@ class IndexInfo:
 
 def _key(python: str, packages: dict[str, str], sources: list[str]) -> str:
     """Changes when the interpreter, a package version, the folders read or the index's own code change."""
-    code = SCRIPT.read_bytes() + Path(__file__).with_name("templates.py").read_bytes()
+    code = b"".join(p.read_bytes() for p in (SCRIPT, TEMPLATES_SCRIPT, Path(__file__).with_name("templates.py")))
     blob = json.dumps([python, packages, sources, hashlib.sha256(code).hexdigest()], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -72,21 +74,46 @@ def _one_builder(lock: Path) -> Iterator[None]:
         yield
 
 
+def source_tree(folder: Path) -> tuple[str, tuple[Path, str]]:
+    """A package's source folder that the interpreter does not have installed (an unpacked wheel): its import name
+    (the folder's name) and version (from the wheel's .dist-info beside it whose RECORD lists the folder; "?" when
+    there is none)."""
+    if not folder.is_dir() or next(folder.glob("*.py"), None) is None:
+        raise BadInput(
+            f"{folder} is not a package's source folder", "give a folder of .py files, e.g. an unpacked wheel's sglang/"
+        )
+    name = folder.name
+    for info in sorted(folder.parent.glob("*.dist-info")):
+        record = info / "RECORD"
+        if record.is_file() and any(line.startswith(f"{name}/") for line in record.read_text().splitlines()):
+            for line in (info / "METADATA").read_text(errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    return name, (folder.resolve(), line.split(":", 1)[1].strip())
+    return name, (folder.resolve(), "?")
+
+
 def load_index(
     python: str | os.PathLike[str],
     sources: dict[str, tuple[Path, str]] | None = None,
     refresh: bool = False,
     on_build: Callable[[str], None] | None = None,
+    extra: dict[str, tuple[Path, str]] | None = None,
 ) -> tuple[TemplateIndex, IndexInfo]:
-    """The index of what `python` has installed (or of `sources`: {package: (folder, version)}, an unpacked
-    wheel of another version), from the cache when its packages have not changed since it was built."""
+    """The index of what `python` has installed, with the folders of `extra` beside it (packages it lacks), or of
+    `sources` alone ({package: (folder, version)}: an unpacked wheel of another version); from the cache when its
+    packages have not changed since it was built."""
     python = str(python)
-    args = [f"{name}={folder}@{version}" for name, (folder, version) in sorted((sources or {}).items())]
-    packages = {name: version for name, (_, version) in (sources or {}).items()} or _versions(python)
+    given = sources or extra or {}
+    args = [f"{name}={folder}@{version}" for name, (folder, version) in sorted(given.items())]
+    if sources:
+        packages = {name: version for name, (_, version) in sources.items()}
+    else:
+        packages = _versions(python) | {name: version for name, (_, version) in given.items()}
+        args = ["--add", *args] if args else args
     if not packages:
         raise IndexUnavailable(f"{python} has none of the packages the index reads (vllm, torch, ...)")
     # one index per interpreter and set of folders: a rebuild replaces the one an upgrade made stale
-    folders = sorted((name, str(folder)) for name, (folder, _) in (sources or {}).items())
+    folders = sorted((name, str(folder)) for name, (folder, _) in given.items())
     owner = hashlib.sha256(json.dumps([python, folders]).encode()).hexdigest()[:8]
     path = cache_dir("diagnose") / f"index-{owner}-{_key(python, packages, args)}.json"
     build_s = None

@@ -126,6 +126,34 @@ def continued(said: str, text: bytes, end: int, lines: int = 3) -> str:
     return " ".join([said, *more])
 
 
+ENGINE_SNIFF = 4 << 20  # bytes of a log's start read to tell its engine
+ENGINE_WORDS = {
+    "vllm": (b"vllm", b"vLLM", b"VLLM"),
+    "sglang": (b"sglang", b"SGLang", b"SGLANG", b"sgl_kernel", b"sgl-kernel"),
+}
+
+
+class LogEngine:
+    """Which engine wrote a log: the one its first few MB name more often (in paths, banners, variables)."""
+
+    def __init__(self) -> None:
+        self.votes = dict.fromkeys(ENGINE_WORDS, 0)
+        self.read_bytes = 0
+
+    def read(self, text: bytes) -> None:
+        if self.read_bytes < ENGINE_SNIFF:
+            head = text[: ENGINE_SNIFF - self.read_bytes]
+            self.read_bytes += len(head)
+            for engine, words in ENGINE_WORDS.items():
+                self.votes[engine] += sum(head.count(w) for w in words)
+
+    @property
+    def name(self) -> str | None:
+        """vllm or sglang; None when the log names neither, or both alike."""
+        (top, most), (_, next_most) = sorted(self.votes.items(), key=lambda kv: -kv[1])[:2]
+        return top if most > next_most else None
+
+
 def read_blocks(stream: IO[bytes], name: str) -> Iterator[bytes]:
     """Blocks of whole lines, a few MB each; a binary file is bad input. A line longer than a block is cut at
     block boundaries (kept parts are never re-joined, so a log without newlines costs one pass and one block

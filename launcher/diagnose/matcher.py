@@ -20,6 +20,7 @@ from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, req
 from launcher.diagnose.logtext import (
     ANSI,
     MAX_LINE_TEXT,
+    LogEngine,
     continued,
     evidence,
     frames,
@@ -107,6 +108,7 @@ class Matcher:
         self._frame_hits: list[tuple[Rule, int, str, str | None]] = []  # (rule, line, root error, stage)
         self._loose: int | None = None  # where this feed's first exception line outside a traceback starts
         self._tail: tuple[int, bytes] | None = None  # the log's last line, when no error-like word had it compared
+        self._engine = LogEngine()
 
     def _line_at(self, text: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
         """The line around pos, looked for no further than LONG_LINE either side: in a log without newlines a
@@ -182,7 +184,7 @@ class Matcher:
                 continue
             self._index_lines += 1
             nxt = text[line_end + 1 : self._line_at(text, line_end + 1, start, stop)[1]] if line_end < stop else None
-            template = self.index.match(raw, nxt or None)
+            template = self.index.match(raw, nxt or None, self._engine.name)
             if template is None:
                 continue
             rule_id = by_line.get(line_start)
@@ -198,6 +200,7 @@ class Matcher:
         if b"\x1b" in text:
             text = ANSI.sub(b"", text)
         first_line = self.lines_seen + 1 - (1 if self._open_line else 0)
+        self._engine.read(text)
         new: list[Finding] = []
         hits, markers = self._scan(text)
         stages = [(at, m.stage) for at, m in markers if m.kind == "stage" and m.stage]
@@ -260,7 +263,7 @@ class Matcher:
             return
         line, raw = self._tail
         self._tail = None
-        template = self.index.match(raw)
+        template = self.index.match(raw, engine=self._engine.name)
         if template is not None:
             finding = self._finding(self._sites.rule_for(template, message(raw), level(raw)), [])
             if all(n != line for n, _ in finding.evidence):

@@ -8,12 +8,13 @@ runs inside `serve` on the live log, one line at a time.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from launcher.diagnose.findings import Finding
-from launcher.diagnose.index import IndexInfo, IndexUnavailable, load_index
+from launcher.diagnose.index import IndexInfo, IndexUnavailable, load_index, source_tree
 from launcher.diagnose.logtext import read_blocks
 from launcher.diagnose.matcher import Matcher
 from launcher.diagnose.rules import Rule, Severity, load_rules
@@ -32,16 +33,18 @@ class Diagnosis:
 
 
 def message_index(
-    python: str | os.PathLike[str] | None, on_build: Callable[[str], None] | None = None
+    python: str | os.PathLike[str] | None,
+    on_build: Callable[[str], None] | None = None,
+    sources: Sequence[Path] = (),
 ) -> tuple[TemplateIndex | None, IndexInfo | None, str | None]:
-    """The index of the engine's interpreter (None: this one), or why there is none."""
-    from pathlib import Path
-
+    """The index of the engine's interpreter (None: this one), with the source folders of packages it lacks, or
+    why there is none."""
     from launcher.engine import resolve_python
 
     interpreter = resolve_python(None if python is None else Path(python))
+    extra = dict(source_tree(folder) for folder in sources)
     try:
-        index, info = load_index(interpreter.path, on_build=on_build)
+        index, info = load_index(interpreter.path, on_build=on_build, extra=extra)
     except IndexUnavailable as e:
         return None, None, str(e)
     return index, info, None
@@ -66,10 +69,11 @@ def diagnose_file(
     python: str | os.PathLike[str] | None = None,
     use_index: bool = True,
     on_build: Callable[[str], None] | None = None,
+    sources: Sequence[Path] = (),
 ) -> Diagnosis:
-    """Diagnose a log file (or stdin: "-"), with the message index of `python`'s packages unless use_index is off;
-    on_build hears when that index has to be built first."""
-    index, info, note = message_index(python, on_build) if use_index else (None, None, "not asked for")
+    """Diagnose a log file (or stdin: "-"), with the message index of `python`'s packages (and of the source
+    folders of packages it lacks) unless use_index is off; on_build hears when that index has to be built first."""
+    index, info, note = message_index(python, on_build, sources) if use_index else (None, None, "not asked for")
     try:
         if path == "-":
             findings, lines = diagnose_blocks(read_blocks(stdin, "stdin"), gpu_family, index=index)

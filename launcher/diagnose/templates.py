@@ -18,8 +18,23 @@ from launcher.diagnose.logtext import message, normal
 
 MIN_MATCHED = 16  # literal characters a match must cover
 MIN_SHARE = 0.25  # and this share of the message: a short common phrase inside a long message is not its source
-# where a package's own messages win a tie: the engine's first, then its kernels, then the libraries under it
-PACKAGE_ORDER = ("vllm", "flashinfer", "nccl", "cuda_runtime", "torch", "triton", "transformers", "huggingface_hub")
+# where a package's own messages win a tie: the engines' first, then their kernels, then the libraries under them
+PACKAGE_ORDER = (
+    "vllm",
+    "sglang",
+    "flashinfer",
+    "sgl_kernel",
+    "nccl",
+    "cuda_runtime",
+    "torch",
+    "triton",
+    "transformers",
+    "huggingface_hub",
+)
+# the engines whose messages the index may hold, with their kernel packages: a log from one of them is matched
+# against its own engine's messages and the libraries', never the other engine's (SGLang copied much of vLLM's
+# wording, and a vLLM failure fixed by "pip install -U sglang" is a wrong fix)
+ENGINES = {"vllm": ("vllm",), "sglang": ("sglang", "sgl_kernel")}
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,9 @@ class TemplateIndex:
 
     def __init__(self, doc: dict[str, Any]) -> None:
         self.packages: dict[str, str] = doc["packages"]
+        installed = doc.get("installed", list(self.packages))
+        # the engine a log comes from when it does not say: the interpreter's own (its installed packages)
+        self.home_engine = next((e for e in ENGINES if e in installed), None)
         self.engine_args: frozenset[str] = frozenset(doc.get("engine_args", []))
         self._raw: list[dict[str, Any]] = doc["templates"]
         self._parts: list[tuple[str, ...]] = []
@@ -130,9 +148,10 @@ class TemplateIndex:
             covered += len(part)
         return covered
 
-    def match(self, raw: bytes, following: bytes | None = None) -> int | None:
+    def match(self, raw: bytes, following: bytes | None = None, engine: str | None = None) -> int | None:
         """The template a log line says, or None. `following` is the next line: a message a terminal or a
-        container wrapped continues there."""
+        container wrapped continues there. `engine` is the engine the log comes from (None: it does not say, so the
+        interpreter's own): another engine's messages are not its source."""
         text = normal(message(raw))
         if len(text) < MIN_MATCHED:
             return None
@@ -141,13 +160,17 @@ class TemplateIndex:
             return None
         joined = normal(text + " " + message(following)) if following else None
         best: tuple[int, int, int] | None = None  # (covered, -package rank, index)
+        engine = engine or self.home_engine
+        foreign = {p for e, ps in ENGINES.items() if engine is not None and e != engine for p in ps}
         for i in candidates:
+            package = self._raw[i]["package"]
+            if package in foreign:
+                continue
             covered = self._covered(i, text)
             if covered < 0 and joined is not None:
                 covered = self._covered(i, joined)
             if covered < max(MIN_MATCHED, MIN_SHARE * len(text)):
                 continue
-            package = self._raw[i]["package"]
             rank = PACKAGE_ORDER.index(package) if package in PACKAGE_ORDER else len(PACKAGE_ORDER)
             key = (covered, -rank, -i)
             if best is None or key > best:

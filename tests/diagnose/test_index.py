@@ -234,3 +234,91 @@ def test_the_index_follows_a_reworded_message(engine_python: Path, tmp_path: Pat
         # and the curated rule keyed on the raise site explains both, whatever the sentence
         findings = diagnose_text(lines[version] + "\n", index=index)
         assert [f["id"] for f in findings] == ["mixed-quantization-schemes"], findings
+
+
+# SGLang's sources in the form its releases have them: ServerArgs declares the command line, a check raises.
+SGLANG_SERVER_ARGS = """
+from dataclasses import dataclass
+
+@dataclass
+class ServerArgs:
+    model_path: str
+    max_running_requests: int | None = None
+"""
+SGLANG_SCHEDULER = """
+def check_pool(server_args, max_total_tokens):
+    if server_args.max_running_requests > max_total_tokens:
+        raise ValueError(
+            f"The token pool holds {max_total_tokens} tokens, fewer than max_running_requests "
+            f"({server_args.max_running_requests})."
+        )
+"""
+
+
+def test_sglang_is_read_when_the_interpreter_has_it(tmp_path: Path) -> None:
+    files = {"sglang/__init__.py": "", "sglang/srt/server_args.py": SGLANG_SERVER_ARGS}
+    files["sglang/srt/managers/scheduler.py"] = SGLANG_SCHEDULER
+    python = make_env(tmp_path, {"sglang": "0.5.0"}, files)
+    index = load_index(python)[0]
+    assert index.packages == {"sglang": "0.5.0"}
+    line = "[2025-01-01 12:00:00 TP0] ValueError: The token pool holds 4096 tokens, fewer than max_running_requests "
+    line += "(8192)."
+    (finding,) = diagnose_text(line + "\n", index=index)
+    assert finding["id"] == "raised:sglang/srt/managers/scheduler.py:check_pool"
+    # a ServerArgs field is a flag of sglang.launch_server
+    assert "--max-running-requests" in str(finding["fix"]), finding["fix"]
+
+
+def test_a_source_folder_adds_a_package_the_engine_lacks(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """diagnose --source: an unpacked wheel's package folder, versioned by the .dist-info beside it."""
+    kernel = tmp_path / "wheel" / "sgl_kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "load_utils.py").write_text(
+        "def load(path):\n    raise ImportError(f'Could not load any common_ops library from {path}')\n"
+    )
+    info = tmp_path / "wheel" / "sgl_kernel-0.3.21.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sgl-kernel\nVersion: 0.3.21\n")
+    (info / "RECORD").write_text("sgl_kernel/load_utils.py,,\n")
+    log = tmp_path / "sglang.log"
+    log.write_text("ImportError: Could not load any common_ops library from /opt/sgl_kernel/sm100\n")
+    assert main(["diagnose", str(log), "--python", str(fake_vllm), "--source", str(kernel), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["index"]["packages"] == {"vllm": "0.99.0", "sgl_kernel": "0.3.21"}
+    (finding,) = doc["findings"]
+    assert finding["site"]["package"] == "sgl_kernel" and finding["origin"] == "index"
+
+
+def test_a_source_that_is_no_package_folder_is_one_line(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("ERROR something failed\n")
+    assert main(["diagnose", str(log), "--python", str(fake_vllm), "--source", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err == (
+        f"nemolaunch: {tmp_path / 'none'} is not a package's source folder; give a folder of .py files, e.g. an "
+        "unpacked wheel's sglang/\n"
+    )
+
+
+def test_a_message_both_engines_print_is_the_logs_engines(tmp_path: Path) -> None:
+    """SGLang copied vLLM's loaders: the same sentence is in both. The log's engine (named in its paths) decides;
+    a bare line is the interpreter's engine's."""
+    loader = (
+        "def load(model):\n    raise AttributeError(f'Model {model} does not support BitsAndBytes quantization yet.')\n"
+    )
+    files = {"vllm/__init__.py": "", "vllm/loader.py": loader, "sglang/__init__.py": "", "sglang/loader.py": loader}
+    index = load_index(make_env(tmp_path, {"vllm": "0.99.0", "sglang": "0.5.0"}, files))[0]
+    line = "AttributeError: Model Qwen2ForCausalLM does not support BitsAndBytes quantization yet.\n"
+
+    def package(log: str) -> object:
+        (finding,) = [f for f in diagnose_text(log, index=index) if f["origin"] == "index"]
+        return finding["site"]["package"]  # type: ignore[index]
+
+    sglang_frame = '  File "/usr/lib/python3/site-packages/sglang/srt/model_loader/loader.py", line 9, in load\n'
+    vllm_frame = '  File "/usr/lib/python3/site-packages/vllm/model_executor/model_loader/loader.py", line 9, in load\n'
+    assert package(sglang_frame + line) == "sglang"
+    assert package(vllm_frame + line) == "vllm"
+    assert package(line) == "vllm"
