@@ -191,7 +191,8 @@ class Matcher:
             if rule_id is not None:
                 self._sites.attach(rule_id, template)
                 continue
-            rule = self._sites.rule_for(template, message(raw), level(raw))
+            lead = self.index.foreign(template, self._engine.name)
+            rule = self._sites.rule_for(template, message(raw), level(raw), lead)
             hits.setdefault(rule.id, (rule, set(), {}))[1].add(line_start)
 
     def feed(self, text: bytes) -> list[Finding]:
@@ -265,7 +266,8 @@ class Matcher:
         self._tail = None
         template = self.index.match(raw, engine=self._engine.name)
         if template is not None:
-            finding = self._finding(self._sites.rule_for(template, message(raw), level(raw)), [])
+            lead = self.index.foreign(template, self._engine.name)
+            finding = self._finding(self._sites.rule_for(template, message(raw), level(raw), lead), [])
             if all(n != line for n, _ in finding.evidence):
                 finding.count += 1
                 finding.evidence.append((line, evidence(raw)))

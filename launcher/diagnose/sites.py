@@ -22,7 +22,7 @@ class SiteRules:
         self.keyed = [r for r in rules if r.sites]
         self.index = index
         self._site_by_rule: dict[str, Site] = {}
-        self._made: dict[tuple[int, bool], Rule] = {}
+        self._made: dict[tuple[int, bool, bool], Rule] = {}
 
     def attach(self, rule_id: str, template: int) -> None:
         """The raise site of a line a curated rule's pattern matched: the rule keeps its fix, the finding gains
@@ -41,10 +41,11 @@ class SiteRules:
                     return rule
         return None
 
-    def rule_for(self, template: int, said: str, logged: str | None) -> Rule:
+    def rule_for(self, template: int, said: str, logged: str | None, lead: bool = False) -> Rule:
         """The rule for a line that matched template but no curated pattern. `said` is the message as logged:
         its values make the advice concrete; `logged` is the level the line was logged at (a message an error
-        template describes, logged as a warning, was not fatal there)."""
+        template describes, logged as a warning, was not fatal there). A lead (another engine's message, in a log
+        that does not name its engine) defers to the log's own root error."""
         assert self.index is not None
         site = self.index.site(template)
         for rule in self.keyed:
@@ -52,13 +53,13 @@ class SiteRules:
                 self.attach(rule.id, template)
                 return rule
         demoted = logged in ("WARNING", "WARN") and site.level == "error"
-        key = (template, demoted)
+        key = (template, demoted, lead)
         if key not in self._made:
-            self._made[key] = self._make(site, said, demoted)
+            self._made[key] = self._make(site, said, demoted, lead)
             self._site_by_rule[self._made[key].id] = site
         return self._made[key]
 
-    def _make(self, site: Site, said: str, demoted: bool) -> Rule:
+    def _make(self, site: Site, said: str, demoted: bool, lead: bool) -> Rule:
         assert self.index is not None
         clauses, named = self.index.advice(said, site.guard)
         knobs = [self.index.flag_of(k) for k in site.knobs]
@@ -67,6 +68,8 @@ class SiteRules:
         cause = f"{verb} by {site.where()}{when}"
         if knobs:
             cause += f"; that code reads {', '.join(knobs)}"
+        if lead:
+            cause += f" ({site.package} prints this message; the log does not say it comes from {site.package})"
         fix_parts = []
         if clauses:
             fix_parts.append("the message says: " + " ".join(clauses))
@@ -91,5 +94,5 @@ class SiteRules:
             source=f"message index: {site.package} {version}".strip(),
             stage_fix=stage_fix,
             # logger.exception logs while an exception is handled: the traceback under it names the cause
-            generic=site.exception == "logger.exception",
+            generic=site.exception == "logger.exception" or lead,
         )

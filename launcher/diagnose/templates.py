@@ -2,8 +2,9 @@
 
 A template is its literal parts with a gap for each formatted part. It matches a message that holds its literal
 parts in order, compared in `logtext.normal` form (one kind of quote, single spaces), so a re-quoted or re-flowed
-message still matches, and a message cut by a terminal wrap matches across the next line. Each template is
-anchored on its rarest whole word; a line is compared only with the templates anchored on its words.
+message still matches, a message cut by a terminal wrap matches across the next line, and one that ends early (cut,
+or an older release's shorter wording) matches what it has. Each template is anchored on its rarest whole word (and
+its opening words' rarest); a line is compared only with the templates anchored on its words.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ PACKAGE_ORDER = (
 )
 # the engines whose messages the index may hold, with their kernel packages: a log from one of them is matched
 # against its own engine's messages and the libraries', never the other engine's (SGLang copied much of vLLM's
-# wording, and a vLLM failure fixed by "pip install -U sglang" is a wrong fix)
+# wording, and a vLLM failure fixed by "pip install -U sglang" is a wrong fix); in a log that names no engine the
+# interpreter's engine comes first, and the other's message is a lead (sites.SiteRules)
 ENGINES = {"vllm": ("vllm",), "sglang": ("sglang", "sgl_kernel")}
 
 
@@ -68,14 +70,17 @@ class Site:
         }
 
 
-def _words(parts: list[str | None]) -> list[str]:
-    """Whole words of the literal parts: a word at the edge of a part next to a gap may be glued to the value
-    that fills it, so only words with a non-letter (or the template's own start or end) on both sides count."""
+def _words(parts: list[str | None], head: int | None = None) -> list[str]:
+    """Whole words of the literal parts (with head: of the template's first `head` characters, when its first part
+    is literal): a word at the edge of a part next to a gap may be glued to the value that fills it, so only words
+    with a non-letter (or the template's own start or end) on both sides count."""
     out = []
     for i, part in enumerate(parts):
-        if part is None:
+        if part is None or (head is not None and i > 0):
             continue
         for m in WORD.finditer(part):
+            if head is not None and m.end() > head:
+                break
             left = m.start() > 0 or i == 0
             right = m.end() < len(part) or i == len(parts) - 1
             if left and right and len(m.group()) >= 3:
@@ -83,15 +88,26 @@ def _words(parts: list[str | None]) -> list[str]:
     return out
 
 
-def anchors(templates: list[dict[str, Any]]) -> list[str | None]:
-    """Each template's anchor: its whole word least common among ordinary log lines, then among the templates
-    (so each word's list stays short), then the longest. None: the template has no whole word of 3+ letters."""
+HEAD = 48  # characters of a message that an older, shorter wording or a cut line still has
+
+
+def anchors(templates: list[dict[str, Any]]) -> list[list[str]]:
+    """Each template's anchors: its whole word least common among ordinary log lines, then among the templates
+    (so each word's list stays short), then the longest; and the same among the words of its first HEAD
+    characters, where that is another word (a message cut short, or worded shorter by an older release, still has
+    those). None: the template has no whole word of 3+ letters."""
     words = [_words(t["parts"]) for t in templates]
     spread = Counter(w for ws in words for w in set(ws))
     ordinary = ordinary_word_counts()
-    return [
-        min(ws, key=lambda w: (ordinary.get(w.encode(), 0) > 0, spread[w], -len(w))) if ws else None for ws in words
-    ]
+
+    def rarest(ws: list[str]) -> str:
+        return min(ws, key=lambda w: (ordinary.get(w.encode(), 0) > 0, spread[w], -len(w)))
+
+    out = []
+    for t, ws in zip(templates, words, strict=True):
+        head = _words(t["parts"], HEAD)
+        out.append(list(dict.fromkeys([rarest(ws), *([rarest(head)] if head else [])])) if ws else [])
+    return out
 
 
 class TemplateIndex:
@@ -106,12 +122,13 @@ class TemplateIndex:
         self._raw: list[dict[str, Any]] = doc["templates"]
         self._parts: list[tuple[str, ...]] = []
         self._by_word: dict[bytes, list[int]] = {}
-        for i, (t, anchor) in enumerate(zip(self._raw, doc["anchors"], strict=True)):
+        for i, (t, words) in enumerate(zip(self._raw, doc["anchors"], strict=True)):
             self._parts.append(tuple(normal(p) if p.strip() else " " for p in t["parts"] if p is not None))
             # Python's own "object has no attribute" says nothing about where a failure began
             generic = (t["function"] or "").endswith(("__getattr__", "__getattribute__"))
-            if anchor is not None and not generic:
-                self._by_word.setdefault(anchor.encode(), []).append(i)
+            if not generic:
+                for anchor in words:
+                    self._by_word.setdefault(anchor.encode(), []).append(i)
         self._sites: dict[int, Site] = {}
 
     def __len__(self) -> int:
@@ -138,11 +155,17 @@ class TemplateIndex:
         return self._sites[i]
 
     def _covered(self, i: int, text: str) -> int:
-        """Literal characters of template i found in order in text; -1 where a part is missing."""
+        """Literal characters of template i found in order in text; -1 where a part is missing. A message that ends
+        inside a part (cut by the log, or an older release's shorter wording: "... increase --mem-fraction-static"
+        where the installed one goes on ". Current value: ...") counts what it has of it."""
         at, covered = 0, 0
         for part in self._parts[i]:
             found = text.find(part, at)
             if found < 0:
+                rest = text[at:].rstrip(" .:")
+                start = text.find(part[:MIN_MATCHED], at) if len(part) > MIN_MATCHED else -1
+                if start >= 0 and part.startswith(text[start:].rstrip(" .:")) and not rest.endswith(part):
+                    return covered + len(text[start:].rstrip(" .:"))
                 return -1
             at = found + len(part)
             covered += len(part)
@@ -159,12 +182,11 @@ class TemplateIndex:
         if not candidates:
             return None
         joined = normal(text + " " + message(following)) if following else None
-        best: tuple[int, int, int] | None = None  # (covered, -package rank, index)
-        engine = engine or self.home_engine
-        foreign = {p for e, ps in ENGINES.items() if engine is not None and e != engine for p in ps}
+        best: tuple[bool, int, int, int] | None = None  # (own engine's, covered, -package rank, -index)
         for i in candidates:
             package = self._raw[i]["package"]
-            if package in foreign:
+            foreign = self.foreign(i, engine)
+            if foreign and engine is not None:
                 continue
             covered = self._covered(i, text)
             if covered < 0 and joined is not None:
@@ -172,10 +194,16 @@ class TemplateIndex:
             if covered < max(MIN_MATCHED, MIN_SHARE * len(text)):
                 continue
             rank = PACKAGE_ORDER.index(package) if package in PACKAGE_ORDER else len(PACKAGE_ORDER)
-            key = (covered, -rank, -i)
+            key = (not foreign, covered, -rank, -i)
             if best is None or key > best:
                 best = key
-        return -best[2] if best else None
+        return -best[3] if best else None
+
+    def foreign(self, i: int, engine: str | None) -> bool:
+        """Template i is a message of another engine than the log's (None: the interpreter's)."""
+        engine = engine or self.home_engine
+        package = self._raw[i]["package"]
+        return engine is not None and any(package in ps for e, ps in ENGINES.items() if e != engine)
 
     def advice(self, said: str, guard: str | None = None) -> tuple[list[str], list[str]]:
         """What the message itself says to do (advice.advice), an engine argument named as its --flag."""

@@ -130,6 +130,15 @@ def test_a_short_common_phrase_is_not_a_match(index: TemplateIndex) -> None:
     assert site_of(index, "INFO: the engine has no config.json for this LoRA adapter, using the base model") is None
 
 
+def test_a_message_that_ends_early_matches_what_it_has(index: TemplateIndex) -> None:
+    """A line cut short (or an older release that said less) still reaches its template; a line that goes on
+    with other words after the same start does not."""
+    cut = "ValueError: No free KV cache blocks for this request (0). Try raising `gpu_memory_utilization`"
+    assert site_of(index, cut)["function"] == "check_cache"  # type: ignore[index]
+    other = "ValueError: No free KV cache blocks for this request (0). Try raising the pool size by hand"
+    assert site_of(index, other) is None
+
+
 def test_an_index_finding_names_the_site_the_advice_and_the_flag(index: TemplateIndex) -> None:
     (finding,) = diagnose_text(f"ValueError: {NO_BLOCKS}\n", index=index)
     assert finding["origin"] == "index" and finding["severity"] == "error"
@@ -305,11 +314,14 @@ def test_a_source_that_is_no_package_folder_is_one_line(
 
 def test_a_message_both_engines_print_is_the_logs_engines(tmp_path: Path) -> None:
     """SGLang copied vLLM's loaders: the same sentence is in both. The log's engine (named in its paths) decides;
-    a bare line is the interpreter's engine's."""
+    a bare line is the interpreter's engine's, and a message only the other engine prints is a lead there."""
     loader = (
         "def load(model):\n    raise AttributeError(f'Model {model} does not support BitsAndBytes quantization yet.')\n"
     )
     files = {"vllm/__init__.py": "", "vllm/loader.py": loader, "sglang/__init__.py": "", "sglang/loader.py": loader}
+    files["sglang/pool.py"] = (
+        "def pool():\n    raise RuntimeError('Not enough memory. Please try to increase --mem-fraction-static')\n"
+    )
     index = load_index(make_env(tmp_path, {"vllm": "0.99.0", "sglang": "0.5.0"}, files))[0]
     line = "AttributeError: Model Qwen2ForCausalLM does not support BitsAndBytes quantization yet.\n"
 
@@ -322,3 +334,10 @@ def test_a_message_both_engines_print_is_the_logs_engines(tmp_path: Path) -> Non
     assert package(sglang_frame + line) == "sglang"
     assert package(vllm_frame + line) == "vllm"
     assert package(line) == "vllm"
+    pool = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static\n"
+    # a lead stands beside the log's own root error, which it does not replace
+    (lead,) = [f for f in diagnose_text(pool, index=index) if f["origin"] == "index"]
+    assert lead["site"]["package"] == "sglang" and "--mem-fraction-static" in str(lead["fix"])  # type: ignore[index]
+    assert "the log does not say it comes from sglang" in str(lead["cause"])
+    (named,) = [f for f in diagnose_text(sglang_frame + pool, index=index) if f["origin"] == "index"]
+    assert "does not say" not in str(named["cause"])
