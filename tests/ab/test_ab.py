@@ -261,9 +261,12 @@ def test_a_run_writes_its_passes_windows_and_stops_as_planned(tmp_path: Path) ->
     from tests.helpers import free_port
 
     pair = (Side("A", "cpu"), Side("B", "cpu", {"max_num_seqs": 8}))
-    # mode "restart", as FakePool's: co-resident CPU sides would wait out an idle engine's spin before each switch
+    # mode "restart", as FakePool's: co-resident CPU sides would wait out an idle engine's spin before each switch;
+    # a given noise of 30% a round: no verdict is possible in 2 rounds, so they stop as planned, whatever this
+    # machine's own noise (two equal sides of the fake server may otherwise be called equivalent after round 2)
+    noise, source = calibration.parse_noise_option("0.3")
     workload = Workload((2,), input_len=8, output_len=8, num_prompts=8)
-    cfg = AbConfig("m", pair, workload, rounds=2, mode="restart", **FAST)
+    cfg = AbConfig("m", pair, workload, rounds=2, mode="restart", noise=noise, noise_source=source, **FAST)
     out = tmp_path / "run"
     with serving(free_port(), token_delay_s=PACED_S) as url:
         first = ab.run_ab(cfg, out, lambda m: None, FakePool(url))  # type: ignore[arg-type]
