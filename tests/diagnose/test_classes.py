@@ -66,8 +66,10 @@ def test_a_refused_command_line_names_the_argument_and_what_it_accepts(
             "_core.cpython-312-x86_64-linux-gnu.so",
         ),
         ("https://github.com/sgl-project/sglang/issues/36462", "the package that ships it", "common_ops.abi3.so"),
+        ("https://github.com/flashinfer-ai/flashinfer/issues/872", "flashinfer", "flashinfer_kernels.abi3.so"),
+        ("https://github.com/vllm-project/vllm/pull/27378", "xformers", "_C.so"),
     ],
-    ids=["flashinfer-aot", "flash-attn", "any-extension", "sgl-kernel-without-a-path"],
+    ids=["flashinfer-aot", "flash-attn", "any-extension", "sgl-kernel-without-a-path", "at-a-call", "ldd"],
 )
 def test_an_extension_built_for_another_torch_names_its_package_and_library(
     source: str, package: str, library: str
