@@ -1,11 +1,12 @@
 """How fast `nemolaunch diagnose` reads a large log. Prints seconds and MB/s; not a test.
 
-    python benchmarks/diagnose_speed.py [SIZE_MB] [--no-newlines] [--python ENGINE_PYTHON]
+    python benchmarks/diagnose_speed.py [SIZE_MB] [--no-newlines] [--python ENGINE_PYTHON [--source DIR ...]]
 
 The log is built from the real corpus excerpts (tests/fixtures/corpus) between many ordinary vLLM
 INFO lines, so most blocks hold no finding and a few hold many. --no-newlines writes the same bytes with every
 newline replaced by a space (one line of SIZE_MB: the case that once cost 14 s and 660 MB). --python names the
-engine whose message index is used (built and cached before the timed run, so the time is the reading). Prints the
+engine whose message index is used (built and cached before the timed run, so the time is the reading); --source adds
+a package folder to it, as `diagnose --source` does. Prints the
 CPU time and peak memory of the diagnose process and the load average too (the machine is shared: wall time varies).
 """
 
@@ -43,6 +44,10 @@ def main() -> None:
     if "--python" in args:
         at = args.index("--python")
         python = ["--python", args[at + 1]]
+        del args[at : at + 2]
+    while "--source" in args:
+        at = args.index("--source")
+        python += ["--source", args[at + 1]]
         del args[at : at + 2]
     size_mb = int(args[0]) if args else 200
     with tempfile.TemporaryDirectory() as tmp:
