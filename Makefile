@@ -54,7 +54,7 @@ docs: venv
 type: venv
 	$(BIN)/mypy
 
-# the fast part on two workers, then the tests that start the real engine, in one process (tests/conftest.py);
+# the fast part on three workers, then the tests that start the real engine, in one process (tests/conftest.py);
 # both run, and the first failure's status is make's
 pytest: venv engine model
 	$(BIN)/pytest -q -m "not engine"; fast=$$?; $(BIN)/pytest -q -m engine && exit $$fast

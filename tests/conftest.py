@@ -14,10 +14,10 @@ from tests.helpers import engine_paths, free_port
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for pyproject's `-n auto`: two for the fast part (`-m "not engine"`: it mostly waits on timed passes,
-    servers and subprocesses, and CI has 2 cores; each file stays on one worker), none for a run that may start the
-    real vLLM CPU engine (two servers at once would share the 2 cores)."""
-    return 2 if "not engine" in (config.option.markexpr or "") else 0
+    """Workers for pyproject's `-n auto`: three for the fast part (`-m "not engine"`), one more than CI's 2 cores as
+    it mostly waits (ab's timed passes, server starts, real subprocesses: docs/explanation/dependencies.md); none
+    for a run that may start the real vLLM CPU engine (two servers at once would share the 2 cores)."""
+    return 3 if "not engine" in (config.option.markexpr or "") else 0
 
 
 @pytest.fixture(scope="session")
