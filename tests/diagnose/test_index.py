@@ -16,7 +16,7 @@ from launcher.cli.main import main
 from launcher.diagnose.index import load_index
 from launcher.diagnose.templates import TemplateIndex
 from tests.diagnose.texts import diagnose_text
-from tests.helpers import make_env
+from tests.helpers import ROOT, make_env
 
 SOURCE = """
 import logging
@@ -208,11 +208,11 @@ def test_cli_uses_the_engine_index(fake_vllm: Path, tmp_path: Path, capsys: pyte
 # quantization schemes for the shards of <layer>.". Each version's line is the message that version's source formats
 # for the same failure (its template with the same values); no public log of the 0.32 wording exists yet.
 UTILS = "vllm/model_executor/layers/quantization/compressed_tensors/utils.py"
-WHEELS = sorted(Path("/work/main/.gpu/dl").glob("vllm-0.26.0-*.whl"))
+WHEELS = sorted((ROOT / ".gpu" / "dl").glob("vllm-0.26.0-*.whl"))  # where the GPU install downloads it (git-ignored)
 
 
 @pytest.mark.engine
-@pytest.mark.skipif(not WHEELS, reason="the vLLM 0.26 wheel is not on this machine (/work/main/.gpu/dl)")
+@pytest.mark.skipif(not WHEELS, reason="the vLLM 0.26 wheel is not in .gpu/dl (the GPU install puts it there)")
 def test_the_index_follows_a_reworded_message(engine_python: Path, tmp_path: Path) -> None:
     old, new = tmp_path / "026", tmp_path / "032"
     with zipfile.ZipFile(WHEELS[0]) as wheel:
