@@ -56,8 +56,27 @@ def parse_config(text: str) -> Side:
         raise BadInput(f"--config {text!r} is not NAME=PROFILE[,KEY=VALUE...]", "e.g. --config slow=cpu,max_num_seqs=1")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name.strip()):
         raise BadInput(f"--config name {name.strip()!r} is not a plain name", "use letters, digits, '.', '-' and '_'")
-    profile, *sets = rest.split(",")
+    profile, *sets = _split_top_level(rest)
     return Side(name.strip(), profile.strip(), parse_sets(sets, "--config"))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """`text` split at the commas outside brackets, braces and quotes, so a setting's value may be a list:
+    `torch=sm90,disabled_kernels=["A","B"],max_num_seqs=8` gives three parts."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def sides_from_options(

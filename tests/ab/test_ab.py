@@ -42,6 +42,11 @@ def test_config_and_set_parsing_reads_toml_values() -> None:
         "disabled_kernels": ["X"],
     }
     assert sides.side_profile(side).settings["max_num_seqs"] == 1
+    # a list value keeps its commas (an NVFP4 linear backend list, two disabled kernels), a quoted one too
+    side = sides.parse_config('torch=sm90,disabled_kernels=["A", "B"],attention_backend="X, Y",max_num_seqs=8')
+    assert side == Side(
+        "torch", "sm90", {"disabled_kernels": ["A", "B"], "attention_backend": "X, Y", "max_num_seqs": 8}
+    )
 
 
 @pytest.mark.parametrize(
