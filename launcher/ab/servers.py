@@ -17,7 +17,6 @@ servers at 0.28 each started together: two failed "No available memory for the c
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ from checks.secrets import bearer, redact_obj
 from launcher.ab.sides import Side, is_cpu_engine, side_profile
 from launcher.errors import ExitCode, NemolaunchError
 from launcher.profiles.profile import ServingProfile
+from launcher.serve.process import free_port
 
 if TYPE_CHECKING:
     from launcher.bench.config import BenchConfig
@@ -45,12 +45,6 @@ DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}
 
 class StartFailed(NemolaunchError):
     """A launched server that did not come up: its side is infeasible (the message carries the diagnosis)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -208,7 +208,7 @@ def run_served(
     profile_ref: str,
     model: str,
     python: Path | None,
-    port: int,
+    port: int | None,
     cfg: BenchConfig,
     out: Path,
     say: Say,
@@ -217,9 +217,10 @@ def run_served(
     OUT/server.log and the profile and argv into the provenance."""
     from launcher.bench.preflight import preflight
     from launcher.serve import run as serve
+    from launcher.serve.process import free_port
 
     _refuse_used(out)  # before a server starts
-    plan = preflight(profile_ref, model, python, cfg, port)
+    plan = preflight(profile_ref, model, python, cfg, port or free_port())  # a private server: any free port
     for warning in serve.warnings(plan):
         say(f"warning: {warning}")
     served: dict[str, Any] = plan.provenance()

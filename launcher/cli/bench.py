@@ -25,7 +25,11 @@ from launcher.errors import ExitCode
 @click.option("--url", help="An OpenAI-compatible server already running (e.g. http://127.0.0.1:8000).")
 @click.option("--profile", "profile_ref", help="Or: start vLLM with this profile (with --model), sweep, stop it.")
 @click.option("--model", help="With --profile: the model folder. With --url: the served model name (default: first).")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="With --profile: the port of the server bench starts on 127.0.0.1 [default: a free one].",
+)
 @click.option(
     "--concurrency",
     type=INTS,
@@ -89,7 +93,7 @@ def bench(
     url: str | None,
     profile_ref: str | None,
     model: str | None,
-    port: int,
+    port: int | None,
     concurrency: tuple[int, ...] | None,
     request_rate: tuple[float, ...] | None,
     arrival: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,13 @@ from checks.proc import spawn_group, stop_group
 from checks.secrets import bearer
 from launcher.errors import NemolaunchError
 from launcher.serve.lifetime import Tether, tied_to_parent
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing holds now, for a server private to one run (bench --profile, ab's sides)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def get_json(url: str, timeout: float = 5.0, key: str | None = None) -> Any:
