@@ -49,6 +49,17 @@ def fake_engine_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
 
 
 @pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A model folder with a config (4096 tokens of context) and an empty weights file: enough for preflight and
+    the stand-in engine."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"max_position_embeddings": 4096}')
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+@pytest.fixture
 def port() -> Iterator[int]:
     yield free_port()
 

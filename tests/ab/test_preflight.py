@@ -28,15 +28,6 @@ SIDE_B = (
 
 
 @pytest.fixture
-def model(tmp_path: Path) -> Path:
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"max_position_embeddings": 4096}')
-    (folder / "model.safetensors").write_bytes(b"")
-    return folder
-
-
-@pytest.fixture
 def nemolaunch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> Callable[..., subprocess.CompletedProcess[str]]:

@@ -289,7 +289,11 @@ def test_a_corrupt_parser_cache_is_read_again_not_an_internal_error(
 
 
 def test_bench_profile_serves_on_a_free_port_when_8000_is_taken(
-    fake_engine_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fake_engine_python: Path,
+    model: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # bench --profile's server is private to the run: two runs side by side (or a server of the operator's on
     # 8000) must not make it a usage error (2026-12-03: two `make test` runs collided on 8000)
@@ -297,10 +301,6 @@ def test_bench_profile_serves_on_a_free_port_when_8000_is_taken(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text('{"max_position_embeddings": 4096}')
-    (model / "model.safetensors").write_bytes(b"")
     small = ["--concurrency", "1", "--num-prompts", "2", "--input-len", "8", "--output-len", "4"]
     with socket.socket() as held:
         try:  # 8000 is taken either way: held here, or by someone else already

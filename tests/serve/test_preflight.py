@@ -14,15 +14,6 @@ from tests.fake_engine import engine_processes
 from tests.helpers import free_port
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"max_position_embeddings": 4096}')
-    (folder / "model.safetensors").write_bytes(b"")
-    return folder
-
-
 @pytest.mark.parametrize(
     ("case", "code", "line"),
     [
