@@ -7,7 +7,7 @@
 #                                                                      # refreshing TARBALL every 15 s
 # Stages (default: ab-fp8 ab-nano ab-moe, in this order, ~34 min: more than one lease, so name two): ab-fp8, ab-
 # nano, ab-moe and tune (gpu_ab.sh, ab budgets of 12, 12 and 10 min), fidelity (gpu_bench_fidelity.sh), probe
-# (gpu_probe.sh), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256 alone,
+# (gpu_probe.sh), probe-mamba (gpu_probe_hybrid.sh, Mamba chains only), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256 alone,
 # three clients), fidelity256-pinned (c=256 against vLLM's client, 3 blocks of longer passes, each process on cores
 # of its own) and probe-nice0 (probe with FlashInfer's attention compile at normal priority). Each stage's
 # command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
@@ -104,6 +104,8 @@ for s in "${stages[@]}"; do
     # the same with FlashInfer's attention compile at normal priority (the long pole of a fresh run at nice 10)
     probe-nice0) stage probe-nice0 150 400 env NEMOLAUNCH_FLASHINFER_NICE=attention=0 \
       bash benchmarks/gpu_probe.sh "$results/probe-nice0" ;;
+    # issue 27: the FlashInfer Mamba backend on the Nemotron 3 shapes after its probe fix (FLASHINFER ok = fixed)
+    probe-mamba) stage probe-mamba 90 300 env ONLY=mamba bash benchmarks/gpu_probe_hybrid.sh "$results/probe-mamba" ;;
     moe) stage moe 150 280 env SHAPES="qwen3-30b-a3b:fp8" NUM_PROMPTS=32 bash benchmarks/gpu_shapes.sh "$results/moe" ;;
     *) log "$s: unknown stage" ;;
   esac
