@@ -215,9 +215,13 @@ def _failed(trace: Trace) -> bool:
     return bool(trace.tracebacks or trace.roots or trace.fatal or trace.loose)
 
 
+# Python's warnings module: "file.py:12: UserWarning: ..." (torch warns and goes on, e.g. on a host without a GPU)
+_PY_WARNING = re.compile(r"(?:^|\s|:)(?:[A-Z]\w*)?Warning: ")
+
+
 def _only_warned(finding: Finding) -> bool:
-    """Every line the finding stands on was logged as a warning (vLLM's WARNING, NCCL's WARN)."""
-    levels = {level(text.encode()) for _, text in finding.evidence}
+    """Every line the finding stands on was logged as a warning (vLLM's WARNING, NCCL's WARN, a Python warning)."""
+    levels = {level(text.encode()) or ("WARNING" if _PY_WARNING.search(text) else None) for _, text in finding.evidence}
     return bool(levels) and levels <= {"WARNING", "WARN"}
 
 
