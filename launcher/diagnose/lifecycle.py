@@ -19,6 +19,7 @@ FATAL = (
     b"terminating server process",
     b"Segmentation fault",
     b"core dumped",
+    b"what():",  # a C++ exception no one caught: "terminate called after throwing ... what(): <message>"
 )
 # Exceptions that only say something below them failed: the root error is the one before them, or the one
 # they quote.
