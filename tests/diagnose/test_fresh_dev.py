@@ -39,6 +39,8 @@ def _excerpt(source: str) -> str:
         ("https://github.com/woct0rdho/triton-windows/issues/178", "triton-launcher-compile-failed", "error", "MSVC"),
         ("https://github.com/NVIDIA/Model-Optimizer/issues/98", "extension-not-built", "warning", "CUDA_HOME"),
         ("https://github.com/lufficc/SSD/pull/125", "extension-torch-abi", "error", "import torch first"),
+        ("https://github.com/openvinotoolkit/nncf/issues/204", "gpu-memory-held-elsewhere", "error", "nvidia-smi"),
+        ("https://github.com/ritzz-ai/GUI-R1/issues/32", "prompt-longer-than-context", "warning", "above 4834"),
     ],
     ids=[
         "no-module",
@@ -56,6 +58,8 @@ def _excerpt(source: str) -> str:
         "triton-launcher",
         "extension-not-built",
         "bare-undefined-symbol",
+        "oom-held-elsewhere",
+        "prompt-length-of",
     ],
 )
 def test_a_dev_line_reaches_its_general_rule(source: str, rule: str, severity: str, names: str) -> None:
@@ -92,3 +96,29 @@ def test_an_uncaught_cpp_exception_is_a_failure_of_its_own() -> None:
     log = "terminate called after throwing an instance of 'std::runtime_error'\n  what():  bad frobnication of 7\n"
     root = [f for f in diagnose_text(log) if f["id"] == "root-error"]
     assert root and "what():  bad frobnication" in str(root[0]["evidence"]), root
+
+
+FRESH_B = FIXTURES / "diagnose" / "fresh-2026-12-03b.jsonl"
+OLDER = {json.loads(line)["source"]: json.loads(line)["excerpt"] for line in FRESH_B.read_text().splitlines()}
+
+
+@pytest.mark.parametrize(
+    ("source", "rule", "names"),
+    [
+        ("https://github.com/sgl-project/sglang/issues/322", "failure-advises-flag", "increase --mem-fraction-static"),
+        ("https://github.com/vllm-project/vllm/issues/3568", "ray-temp-disk-nearly-full", "free space on the disk"),
+    ],
+    ids=["not-enough-please-increase", "ray-session-name-cut"],
+)
+def test_older_lines_the_same_changes_reach(source: str, rule: str, names: str) -> None:
+    """Lines of the second fresh set (measured before these changes, so older material) the same rules read."""
+    finding = {f["id"]: f for f in diagnose_text(OLDER[source])}[rule]
+    assert names in str(finding["fix"]), finding
+
+
+def test_a_deprecation_that_advises_a_flag_is_not_a_failure() -> None:
+    # a message of vLLM 0.32 (vllm/entrypoints/launchers/run_batch.py), as its logger prints it: advice, no failure
+    line = (
+        "WARNING 12-03 10:00:00 [run_batch.py:302] Using --url for metrics is deprecated. Please use --host instead.\n"
+    )
+    assert not [f for f in diagnose_text(line) if f["id"] == "failure-advises-flag"]

@@ -320,7 +320,7 @@ def test_a_message_both_engines_print_is_the_logs_engines(tmp_path: Path) -> Non
     )
     files = {"vllm/__init__.py": "", "vllm/loader.py": loader, "sglang/__init__.py": "", "sglang/loader.py": loader}
     files["sglang/pool.py"] = (
-        "def pool():\n    raise RuntimeError('Not enough memory. Please try to increase --mem-fraction-static')\n"
+        "def pool():\n    raise RuntimeError('Not enough memory for the KV pool; increase --mem-fraction-static')\n"
     )
     index = load_index(make_env(tmp_path, {"vllm": "0.99.0", "sglang": "0.5.0"}, files))[0]
     line = "AttributeError: Model Qwen2ForCausalLM does not support BitsAndBytes quantization yet.\n"
@@ -334,7 +334,8 @@ def test_a_message_both_engines_print_is_the_logs_engines(tmp_path: Path) -> Non
     assert package(sglang_frame + line) == "sglang"
     assert package(vllm_frame + line) == "vllm"
     assert package(line) == "vllm"
-    pool = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static\n"
+    # (worded unlike SGLang's real "... Please try to increase ...", which a curated rule explains)
+    pool = "RuntimeError: Not enough memory for the KV pool; increase --mem-fraction-static\n"
     # a lead stands beside the log's own root error, which it does not replace
     (lead,) = [f for f in diagnose_text(pool, index=index) if f["origin"] == "index"]
     assert lead["site"]["package"] == "sglang" and "--mem-fraction-static" in str(lead["fix"])  # type: ignore[index]
