@@ -41,6 +41,7 @@ def _excerpt(source: str) -> str:
         ("https://github.com/lufficc/SSD/pull/125", "extension-torch-abi", "error", "import torch first"),
         ("https://github.com/openvinotoolkit/nncf/issues/204", "gpu-memory-held-elsewhere", "error", "nvidia-smi"),
         ("https://github.com/ritzz-ai/GUI-R1/issues/32", "prompt-longer-than-context", "warning", "above 4834"),
+        ("https://github.com/vllm-project/tpu-inference/pull/223", "kv-cache-too-small", "error", "at most 5632"),
     ],
     ids=[
         "no-module",
@@ -60,6 +61,7 @@ def _excerpt(source: str) -> str:
         "bare-undefined-symbol",
         "oom-held-elsewhere",
         "prompt-length-of",
+        "kv-estimate",
     ],
 )
 def test_a_dev_line_reaches_its_general_rule(source: str, rule: str, severity: str, names: str) -> None:
@@ -107,8 +109,11 @@ OLDER = {json.loads(line)["source"]: json.loads(line)["excerpt"] for line in FRE
     [
         ("https://github.com/sgl-project/sglang/issues/322", "failure-advises-flag", "increase --mem-fraction-static"),
         ("https://github.com/vllm-project/vllm/issues/3568", "ray-temp-disk-nearly-full", "free space on the disk"),
+        ("https://github.com/vllm-project/vllm/issues/7526", "kv-cache-too-small", "at most 3984"),
+        ("https://github.com/vllm-project/vllm/issues/7526", "kv-cache-too-small", "--enable-chunked-prefill"),
+        ("https://github.com/SemiAnalysisAI/InferenceX/issues/2128", "kv-cache-no-blocks", "--mem-fraction-static"),
     ],
-    ids=["not-enough-please-increase", "ray-session-name-cut"],
+    ids=["not-enough-please-increase", "ray-session-name-cut", "kv-wrapped", "kv-chunked", "sglang-no-kv-room"],
 )
 def test_older_lines_the_same_changes_reach(source: str, rule: str, names: str) -> None:
     """Lines of the second fresh set (measured before these changes, so older material) the same rules read."""
