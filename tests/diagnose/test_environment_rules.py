@@ -1,0 +1,62 @@
+"""Rules for what the environment lacks (a CUDA build of torch, a system library, DNS, a recent tokenizers), each
+against a line as a public thread shows it (the thread in the comment; none is in a fresh set's hold-out)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.texts import diagnose_text
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # vllm-project/vllm-ascend#780
+            'ERROR 05-07 05:58:46 core.py:291]     raise AssertionError("Torch not compiled with CUDA enabled")\n'
+            "ERROR 05-07 05:58:46 core.py:291] AssertionError: Torch not compiled with CUDA enabled\n",
+            "torch-without-cuda",
+            "+cuXXX",
+        ),
+        (  # open-mmlab/mmsegmentation#1567
+            "ImportError: libGL.so.1: cannot open shared object file: No such file or directory\n",
+            "system-library-missing",
+            "apt-get install libgl1",
+        ),
+        (  # vllm-project/vllm#3656: vLLM 0.3's address lookup on an offline host
+            '    s.connect(("dns.google", 80))  # Doesn\'t need to be reachable\n'
+            "socket.gaierror: [Errno -3] Temporary failure in name resolution\n",
+            "dns-resolution-failed",
+            "VLLM_HOST_IP",
+        ),
+        (  # allenai/open-instruct#738
+            "Exception: data did not match any variant of untagged enum ModelWrapper at line 1251012 column 3\n",
+            "tokenizers-too-old",
+            "pip install -U tokenizers",
+        ),
+    ],
+    ids=["cpu-torch", "libgl", "dns", "tokenizer-json"],
+)
+def test_a_missing_piece_of_the_environment_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+def test_a_hub_retry_warning_in_a_log_that_goes_on_is_a_warning() -> None:
+    # gpustack/gpustack#3343: huggingface_hub warns and retries; the log does not fail
+    line = (
+        "server-1    | 2025-11-18 10:26:53.662346+08:00 - huggingface_hub.utils._http - WARNING - "
+        "'(MaxRetryError('HTTPSConnectionPool(host=\\'huggingface.co\\', port=443): Max retries exceeded with url: "
+        '/Qwen/Qwen3-0.6B/resolve/main/config.json (Caused by NameResolutionError("<urllib3.connection.'
+        "HTTPSConnection object at 0x72e2e7ca0f10>: Failed to resolve \\'huggingface.co\\' ([Errno -3] Temporary "
+        "failure in name resolution)\"))'), '(Request ID: 2e3fb3cb-79a7-40a2-b518-4b11e967a69a)')' thrown while "
+        "requesting HEAD https://huggingface.co/Qwen/Qwen3-0.6B/resolve/main/config.json\n"
+    )
+    findings = {f["id"]: f for f in diagnose_text(line)}
+    assert findings["dns-resolution-failed"]["severity"] == "warning", findings
+
+
+def test_a_cuda_library_keeps_its_own_rule() -> None:
+    # zai-org/GLM-4#510 (a cases.jsonl thread): libcudart is CUDA's, not a system package
+    line = "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n"
+    ids = {f["id"] for f in diagnose_text(line)}
+    assert "cuda-runtime-library-missing" in ids and "system-library-missing" not in ids, ids
