@@ -1,0 +1,41 @@
+"""General failure classes (overflowed sampling, a checkpoint of another shape, a rendezvous not every rank reached,
+cuDNN failing), each against a line as a public thread shows it (the thread in the comment; none is in a fresh
+set's hold-out)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.texts import diagnose_text
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # LianjiaTech/BELLE#412 (float16 inference; bfloat16 was the way out)
+            "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n",
+            "sampling-probabilities-not-finite",
+            "--dtype bfloat16",
+        ),
+        (  # Deci-AI/super-gradients#1476
+            "\tsize mismatch for heads.head1.stem.seq.conv.weight: copying a param with shape "
+            "torch.Size([96, 96, 1, 1]) from checkpoint, the shape in current model is torch.Size([128, 96, 1, 1]).\n",
+            "checkpoint-shape-mismatch",
+            "heads.head1.stem.seq.conv.weight differs",
+        ),
+        (  # OpenRLHF/OpenRLHF#1040 (its title)
+            "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.\n",
+            "rendezvous-timeout",
+            "MASTER_ADDR",
+        ),
+        (  # yukkyo/PyTorch-FilterResponseNormalizationLayer#4 (its title; memory was the cause there)
+            "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED\n",
+            "cudnn-status",
+            "torch.backends.cudnn.enabled=False",
+        ),
+    ],
+    ids=["nan-sampling", "shape-mismatch", "rendezvous", "cudnn"],
+)
+def test_a_general_failure_class_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
