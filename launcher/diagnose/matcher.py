@@ -11,12 +11,11 @@ number of rules and templates.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from launcher.diagnose import lifecycle as life
 from launcher.diagnose.advice import message_advice
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
-from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
+from launcher.diagnose.literals import NON_WORD
 from launcher.diagnose.logtext import (
     ANSI,
     MAX_LINE_TEXT,
@@ -29,6 +28,7 @@ from launcher.diagnose.logtext import (
     level,
     message,
 )
+from launcher.diagnose.members import Member, members
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -49,46 +49,6 @@ _EXCEPTION = re.compile(
 )
 
 
-def _marker_pattern(marker: bytes) -> re.Pattern[str]:
-    """A fixed marker as a pattern the prefilter can anchor on: it starts a word, and it ends one only when it is a
-    single word (the last word of "Capturing CUDA graph" goes on as "graphs")."""
-    text = marker.decode()
-    left = r"\b" if WORD.match(text[0]) else ""
-    right = r"\b" if WORD.match(text[-1]) and WORD.fullmatch(text) else ""
-    return re.compile(left + re.escape(text) + right)
-
-
-@dataclass(frozen=True)
-class _Member:
-    """One thing the scan looks for: a rule's pattern, or a marker of a stage, a fatal line, a stop, a start
-    or a traceback."""
-
-    literal: bytes  # in every match: bytes.find locates candidate lines by it
-    pattern: re.Pattern[bytes] | None  # None: the literal alone is the match
-    rule: Rule | None = None
-    stage: str | None = None
-    kind: str = "rule"  # rule | stage | fatal | stop | start | traceback
-
-
-def _members(rules: list[Rule]) -> dict[bytes, list[_Member]]:
-    by_word: dict[bytes, list[_Member]] = {}
-    for rule in rules:
-        for p in rule.patterns:
-            literal = required_literal(p)
-            assert literal is not None  # load_rules refuses patterns without one
-            member = _Member(literal, re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), rule)
-            by_word.setdefault(rarest(anchor_words(p)), []).append(member)
-    markers: list[tuple[bytes, str | None, str]] = [(life.TRACEBACK, None, "traceback")]
-    markers += [(m, None, "fatal") for m in life.FATAL] + [(m, None, "stop") for m in life.STOP]
-    markers += [(m, None, "start") for m in life.STARTED]
-    markers += [(m, stage, "stage") for stage, ms in life.STAGE_MARKERS for m in ms]
-    for marker, stage, kind in markers:
-        by_word.setdefault(rarest(anchor_words(_marker_pattern(marker))), []).append(
-            _Member(marker, None, stage=stage, kind=kind)
-        )
-    return by_word
-
-
 class Matcher:
     """Accumulates findings over text fed in order (blocks of a file, or live lines)."""
 
@@ -100,7 +60,7 @@ class Matcher:
         self.trace = Trace()
         self.lines_seen = 0
         self._open_line = False  # the text fed so far ends inside a line
-        self._by_word = _members(rules)
+        self._by_word = members(rules)
         self._words = frozenset(self._by_word)
         self._sites = SiteRules(rules, index)
         self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
@@ -119,10 +79,10 @@ class Matcher:
         nl = text.find(b"\n", pos, hi)
         return start, nl if nl >= 0 else hi
 
-    def _scan(self, text: bytes) -> tuple[dict[str, tuple[Rule, set[int], dict[str, str]]], list[tuple[int, _Member]]]:
+    def _scan(self, text: bytes) -> tuple[dict[str, tuple[Rule, set[int], dict[str, str]]], list[tuple[int, Member]]]:
         """Rule hits (rule id -> rule, line starts, named groups) and marker hits (position, marker) in `text`."""
         hits: dict[str, tuple[Rule, set[int], dict[str, str]]] = {}
-        markers: dict[int, _Member] = {}
+        markers: dict[int, Member] = {}
         start = 0
         while start < len(text):
             cut = text.find(b"\n", start + SUB_BLOCK, start + 2 * SUB_BLOCK)
@@ -289,7 +249,7 @@ class Matcher:
         return best
 
     def _track_life(
-        self, text: bytes, first_line: int, markers: list[tuple[int, _Member]], stages: list[tuple[int, str]]
+        self, text: bytes, first_line: int, markers: list[tuple[int, Member]], stages: list[tuple[int, str]]
     ) -> None:
         """Root errors (the exception each traceback ends with, and its stage), the first fatal line, the first
         stop asked for, start and serving. A traceback may end in a later feed (live, line by line): then the
