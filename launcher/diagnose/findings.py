@@ -143,6 +143,7 @@ class Trace:
     started: bool = False
     serving: int | None = None  # the line where vLLM said it serves
     loose: tuple[int, str, str | None] | None = None  # the first exception line outside any traceback, and its stage
+    logged: tuple[int, str, str | None] | None = None  # the first line logged at an error level, and its stage
 
 
 def _root_finding(trace: Trace, before: int) -> Finding | None:
@@ -150,12 +151,17 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     roots = [r for r in trace.roots if r[0] < before]
     fatal = trace.fatal if trace.fatal and trace.fatal[0] < before else None
     loose = trace.loose if trace.loose and trace.loose[0] < before else None
+    # (vLLM logs a traceback's lines at ERROR: only a log without one is read for such a line)
+    logged = trace.logged if trace.logged and trace.logged[0] < before and not trace.tracebacks else None
     if roots:
         line, text, stage = roots[0]
     elif fatal:
         line, text, stage = fatal
     elif loose:
         line, text, stage = loose
+    elif logged:
+        # a line the software logged as an error, in a log that shows no failure of its own: a warning to read
+        line, text, stage = logged
     else:
         return None
     silent = any(w in text for w in SILENT_DEATH)

@@ -37,6 +37,9 @@ SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's li
 LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal
 MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log of a million is not read twice
 MAX_ROOT_TEXT = 1000  # characters of a root error kept: its advice may come late (evidence shows 400)
+# the levels a logger marks an error with: a line logged so is a root when nothing else names the failure (at a
+# fatal level, a failure of its own)
+ERROR_LEVELS, FATAL_LEVELS = ("ERROR", "CRITICAL", "FATAL"), ("CRITICAL", "FATAL")
 MAX_INDEX_LINES = 20000  # lines compared with the index per log: past that, a log is one failure repeated
 # a line that may carry an error or warning message holds one of these (case as printed)
 ERRORISH = (b"rror", b"ERROR", b"WARN", b"arning", b"xception", b"ailed", b"FAIL", b"atal", b"ssert", b"not supported")
@@ -67,6 +70,7 @@ class Matcher:
         self._index_lines = 0
         self._frame_hits: list[tuple[Rule, int, str, str | None]] = []  # (rule, line, root error, stage)
         self._loose: int | None = None  # where this feed's first exception line outside a traceback starts
+        self._logged: int | None = None  # where this feed's first line logged at an error level starts
         self._tail: tuple[int, bytes] | None = None  # the log's last line, when no error-like word had it compared
         self._engine = LogEngine()
 
@@ -138,8 +142,10 @@ class Matcher:
             raw = text[line_start : min(line_end, line_start + MAX_LINE_TEXT)]
             if is_ordinary(raw):
                 continue
-            if self._loose is None and _LOOSE_EXCEPTION.match(message(raw)):
+            if self._loose is None and (_LOOSE_EXCEPTION.match(message(raw)) or level(raw) in FATAL_LEVELS):
                 self._loose = line_start
+            if self._logged is None and level(raw) in ERROR_LEVELS:
+                self._logged = line_start
             if self.index is None:
                 continue
             self._index_lines += 1
@@ -197,12 +203,13 @@ class Matcher:
                 finding.evidence.append((at_line, root))
                 finding.evidence.sort()
         self._frame_hits = []
-        if self._loose is not None and self.trace.loose is None:
-            end = text.find(b"\n", self._loose)
-            end = end if end >= 0 else len(text)
-            said = continued(message(text[self._loose : end]), text, end)[:MAX_ROOT_TEXT]
-            self.trace.loose = (first_line + text.count(b"\n", 0, self._loose), said, self.trace.stage)
-        self._loose = None
+        for at, kept in ((self._loose, "loose"), (self._logged, "logged")):
+            if at is not None and getattr(self.trace, kept) is None:
+                end = text.find(b"\n", at)
+                end = end if end >= 0 else len(text)
+                said = continued(message(text[at:end]), text, end)[:MAX_ROOT_TEXT]
+                setattr(self.trace, kept, (first_line + text.count(b"\n", 0, at), said, self.trace.stage))
+        self._loose = self._logged = None
         self._keep_tail(text, first_line)
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")

@@ -39,3 +39,21 @@ from tests.diagnose.texts import diagnose_text
 def test_a_general_failure_class_is_named(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line)}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+# Neroued/ninfer#187, a C++ server's start as posted
+NINFER = (
+    "2026-09-06 12:21:45.865  INFO  starting engine\n"
+    "2026-09-06 12:21:46.013  ERROR startup failed | planning runtime | 1.18 ms\n"
+    "2026-09-06 12:21:46.017  FATAL server failed during startup | artifact object was not consumed by the "
+    "selected target: dflash2/feature_projection\n"
+)
+
+
+def test_a_line_logged_as_an_error_is_read_when_nothing_else_names_the_failure() -> None:
+    """No traceback, no exception, no rule: the first line the software logged at ERROR is the root, a warning to
+    read; a line logged at FATAL is a failure of its own."""
+    (root,) = [f for f in diagnose_text(NINFER.replace("FATAL", "INFO ")) if f["id"] == "root-error"]
+    assert root["severity"] == "warning" and "startup failed" in str(root["evidence"]), root
+    (root,) = [f for f in diagnose_text(NINFER) if f["id"] == "root-error"]
+    assert root["severity"] == "error" and "server failed during startup" in str(root["evidence"]), root
