@@ -57,3 +57,25 @@ def test_a_line_logged_as_an_error_is_read_when_nothing_else_names_the_failure()
     assert root["severity"] == "warning" and "startup failed" in str(root["evidence"]), root
     (root,) = [f for f in diagnose_text(NINFER) if f["id"] == "root-error"]
     assert root["severity"] == "error" and "server failed during startup" in str(root["evidence"]), root
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # triton-lang/triton#2971: a new Triton on a driver of CUDA 11.4
+            "    self.module, self.function, self.n_regs, self.n_spills = driver.utils.load_binary(\n"
+            "RuntimeError: Triton Error [CUDA]: device kernel image is invalid.\n",
+            "triton-kernel-image-invalid",
+            "upgrade the NVIDIA driver",
+        ),
+        (  # lllyasviel/FramePack#246 (its title; memory ran short and layers went to the CPU)
+            "ValueError: Pointer argument (at 0) cannot be accessed from Triton (cpu tensor?)\n",
+            "triton-cpu-tensor",
+            "--cpu-offload-gb 0",
+        ),
+    ],
+    ids=["kernel-image-invalid", "cpu-tensor"],
+)
+def test_a_triton_launch_failure_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
