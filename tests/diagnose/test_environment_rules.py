@@ -60,3 +60,32 @@ def test_a_cuda_library_keeps_its_own_rule() -> None:
     line = "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n"
     ids = {f["id"] for f in diagnose_text(line)}
     assert "cuda-runtime-library-missing" in ids and "system-library-missing" not in ids, ids
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # nicofdga/DZ-FaceDetailer#21 (cut after the first sentence)
+            "NotImplementedError: Could not run 'torchvision::nms' with arguments from the 'CUDA' backend. This could "
+            "be because the operator doesn't exist for this backend, or was omitted during the selective/custom build "
+            "process (if using custom build).\n",
+            "op-not-built-for-backend",
+            "torchvision::nms's package made for CUDA",
+        ),
+        (  # sgl-project/sglang#1117: Triton's helper built during CUDA-graph capture
+            "/tmp/tmps1rkq3y3/main.c:5:10: fatal error: Python.h: No such file or directory\n"
+            "    5 | #include <Python.h>\n",
+            "python-headers-missing",
+            "python3-dev",
+        ),
+        (  # huggingface/transformers#34841 (the address after "URL:" cut)
+            "requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for URL: <the model's config.json>\n",
+            "hub-rate-limited",
+            "HF_HUB_OFFLINE=1",
+        ),
+    ],
+    ids=["op-backend", "python-h", "hub-429"],
+)
+def test_a_build_or_download_the_environment_lacks_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
