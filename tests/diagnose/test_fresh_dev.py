@@ -42,6 +42,13 @@ def _excerpt(source: str) -> str:
         ("https://github.com/openvinotoolkit/nncf/issues/204", "gpu-memory-held-elsewhere", "error", "nvidia-smi"),
         ("https://github.com/ritzz-ai/GUI-R1/issues/32", "prompt-longer-than-context", "warning", "above 4834"),
         ("https://github.com/vllm-project/tpu-inference/pull/223", "kv-cache-too-small", "error", "at most 5632"),
+        (
+            "https://github.com/hiyouga/LlamaFactory/issues/6599",
+            "generation-length-not-above-input",
+            "error",
+            "max_new",
+        ),
+        ("https://github.com/pytorch/pytorch/issues/46899", "cuda-error-out-of-memory", "error", "map_location='cpu'"),
     ],
     ids=[
         "no-module",
@@ -62,6 +69,8 @@ def _excerpt(source: str) -> str:
         "oom-held-elsewhere",
         "prompt-length-of",
         "kv-estimate",
+        "generate-max-length",
+        "oom-torch-load",
     ],
 )
 def test_a_dev_line_reaches_its_general_rule(source: str, rule: str, severity: str, names: str) -> None:
