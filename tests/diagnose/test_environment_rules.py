@@ -89,3 +89,43 @@ def test_a_cuda_library_keeps_its_own_rule() -> None:
 def test_a_build_or_download_the_environment_lacks_is_named(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line)}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # jupyter/notebook#7522
+            "ImportError: \n"
+            "A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.0.0 as it may crash.\n",
+            "numpy-abi-mismatch",
+            "numpy<2",
+        ),
+        (  # oobabooga/textgen#2513
+            "    from torch._C import *  # noqa: F403\n"
+            "ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory\n",
+            "cudnn-library-missing",
+            "nvidia-cudnn-cuXX",
+        ),
+        (  # foundation-model-stack/foundation-model-stack#384: Llama 3.1's config, an older transformers
+            "[rank2]: ValueError: `rope_scaling` must be a dictionary with two fields, `type` and `factor`, got "
+            "{'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': "
+            "8192, 'rope_type': 'llama3'}\n",
+            "transformers-too-old",
+            "upgrade transformers",
+        ),
+        (  # fengyizhu/ChatTTS-VLLM#2: code written for another torch
+            "AttributeError: module 'torch.serialization' has no attribute 'FILE_LIKE'\n",
+            "package-version-mismatch",
+            "torch version",
+        ),
+        (  # openreasoner/openr#28 (its title)
+            "AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'\n",
+            "vllm-ops-not-registered",
+            "Failed to import from vllm._C",
+        ),
+    ],
+    ids=["numpy2", "libcudnn", "rope-scaling", "module-attribute", "ops-namespace"],
+)
+def test_a_package_of_another_version_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
