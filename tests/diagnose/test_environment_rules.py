@@ -129,3 +129,36 @@ def test_a_build_or_download_the_environment_lacks_is_named(line: str, rule: str
 def test_a_package_of_another_version_is_named(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line)}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # svip-lab/PPGNet#2: the checkpoint was an LFS pointer
+            "_pickle.UnpicklingError: invalid load key, 'v'.\n",
+            "checkpoint-not-downloaded",
+            "git lfs pull",
+        ),
+        (  # liuyuan-pal/Gen6D#39: the download was incomplete
+            "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory\n",
+            "checkpoint-not-downloaded",
+            "download the file again",
+        ),
+        (  # gpoesia/minimo#21
+            "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you have two "
+            "options, do those steps only if you trust the source of the checkpoint.\n",
+            "torch-load-weights-only",
+            "weights_only=False",
+        ),
+        (  # autogluon/autogluon#5270
+            "ValueError: Due to a serious vulnerability issue in `torch.load`, even with `weights_only=True`, we now "
+            "require users to upgrade torch to at least v2.6 in order to use the function.\n",
+            "package-too-old",
+            "torch>=2.6",
+        ),
+    ],
+    ids=["lfs-pointer", "zip-cut", "weights-only", "torch-2.6-required"],
+)
+def test_a_checkpoint_torch_cannot_read_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
