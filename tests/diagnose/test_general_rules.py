@@ -79,3 +79,13 @@ def test_a_line_logged_as_an_error_is_read_when_nothing_else_names_the_failure()
 def test_a_triton_launch_failure_is_named(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line)}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+def test_sglangs_capture_failure_names_its_options() -> None:
+    # sgl-project/sglang#4205, as posted (cut there)
+    line = (
+        "Exception: Capture cuda graph failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+        "closed by peer\n"
+    )
+    finding = {f["id"]: f for f in diagnose_text(line)}["sglang-graph-capture-failed"]
+    assert "--disable-cuda-graph" in str(finding["fix"]) and "--cuda-graph-max-bs" in str(finding["fix"]), finding
