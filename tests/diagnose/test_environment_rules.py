@@ -162,3 +162,36 @@ def test_a_package_of_another_version_is_named(line: str, rule: str, names: str)
 def test_a_checkpoint_torch_cannot_read_is_named(line: str, rule: str, names: str) -> None:
     finding = {f["id"]: f for f in diagnose_text(line)}[rule]
     assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "names"),
+    [
+        (  # sp-uhh/storm#14
+            "    raise EnvironmentError('CUDA_HOME environment variable is not set. '\n"
+            "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.\n",
+            "cuda-home-not-set",
+            "export CUDA_HOME",
+        ),
+        (  # icon-lab/SynDiff#34 (its title)
+            "RuntimeError: Ninja is required to load C++ extensions\n",
+            "ninja-missing",
+            "pip install ninja",
+        ),
+        (  # modelscope/ms-swift#7100 (its title; an nvcc that did not match was the cause)
+            "RuntimeError: Ninja build failed. Ninja output:\n",
+            "jit-build-failed",
+            "flashinfer-jit-cache",
+        ),
+        (  # nunchux-ai/nunchaku#805
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+            "cpu!\n",
+            "tensors-on-two-devices",
+            "inputs.to(model.device)",
+        ),
+    ],
+    ids=["cuda-home", "ninja", "jit-build", "two-devices"],
+)
+def test_a_build_or_placement_failure_is_named(line: str, rule: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
+    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
