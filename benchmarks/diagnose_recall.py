@@ -17,9 +17,10 @@ A key matches with "_" and "-" taken as the same character: an engine argument i
 line and max_model_len in Python, and either spelling in a fix names it.
 
 Sets: holdout.jsonl (threads set aside before the curated rules were written; holdout-threads.json) and the fresh
-sets collected later from other threads (fresh-2026-12-03.jsonl, fresh-2026-12-03b.jsonl); each fresh set's quarter
-(fresh-holdout-2026-12-03.json, fresh-2026-12-03b-holdout.json) was drawn at random before diagnose ran on any of
-it. --holdout scores that quarter only, --dev the rest.
+sets collected later from other threads (fresh-2026-12-03.jsonl, fresh-2026-12-03b.jsonl, fresh-2026-12-03c.jsonl);
+each fresh set's quarter (fresh-holdout-2026-12-03.json, fresh-2026-12-03b-holdout.json,
+fresh-2026-12-03c-holdout.json) was drawn at random before diagnose ran on any of it. --holdout scores that quarter
+only, --dev the rest.
 """
 
 import argparse
