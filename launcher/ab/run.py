@@ -37,7 +37,7 @@ from launcher.ab.report import sentence, write_report
 from launcher.ab.servers import ServerPool, StartFailed, Up
 from launcher.ab.sides import choose_mode, dummy_weights, run_digest
 from launcher.ab.state import AbRun
-from launcher.ab.warmup import size_windows, warm_up
+from launcher.ab.warmup import lengthen_short, round_estimate, size_windows, warm_up
 from launcher.errors import BadInput, ExitCode, NemolaunchError
 from launcher.output import hold
 
@@ -110,7 +110,11 @@ def _start(run: AbRun, pool: ServerPool, name: str, say: Say) -> Up | None:
 
 
 class BudgetSpent(Exception):
-    """The server starts and warm-ups used the whole budget before the first measured pass."""
+    """The server starts and warm-ups left too little of the budget for the rounds a verdict needs."""
+
+    def __init__(self, needed_s: float) -> None:
+        super().__init__(needed_s)
+        self.needed_s = needed_s  # what the rounds a first look needs would take at the sized windows
 
 
 def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say, deadline: float | None) -> float:
@@ -120,8 +124,10 @@ def _one_round(run: AbRun, pool: ServerPool, r: int, say: Say, deadline: float |
         for name in run.live_names():
             _start(run, pool, name, say)
         size_windows(run, say)
-    if deadline is not None and not run.rounds and time.monotonic() > deadline:
-        raise BudgetSpent
+    if deadline is not None and not run.rounds:  # a first look needs 2 rounds (a screening 1): both must fit
+        needed = min(2, run.cfg.rounds) * round_estimate(run)
+        if time.monotonic() + needed > deadline:
+            raise BudgetSpent(needed)
     measured_from = time.monotonic()
     rnd: RoundDoc = {"index": r + 1, "order": block_order(run.live_names(), r), "passes": [], "means": {}}
     values: dict[str, dict[int, list[Values]]] = {}  # side -> level -> its passes' values
@@ -181,10 +187,16 @@ def _rounds(run: AbRun, pool: ServerPool, say: Say, began: float) -> None:
     while len(run.rounds) < (run.planned_rounds or run.cfg.rounds):
         try:
             round_s = _one_round(run, pool, len(run.rounds), say, deadline)
-        except BudgetSpent:
+        except BudgetSpent as e:
             spent = time.monotonic() - began
-            run.stopped_by = f"budget: server starts and warm-ups took {spent:.0f} s of it, before any measured round"
+            left = max(0.0, (deadline or 0.0) - time.monotonic())
+            run.stopped_by = (
+                f"budget: server starts and warm-ups took {spent:.0f} s of it, before any measured "
+                f"round; the rounds a first verdict needs take about {e.needed_s:.0f} s, "
+                f"{left:.0f} s were left"
+            )
             return
+        lengthen_short(run, run.rounds[-1]["passes"], say)
         _plan(run, deadline, round_s)
         if run.states[run.base].status != "ok" or len(run.live_names()) < 2:
             run.stopped_by = "too few sides left to compare"
@@ -195,6 +207,7 @@ def _rounds(run: AbRun, pool: ServerPool, say: Say, began: float) -> None:
             return
         if deadline is not None and n < (run.planned_rounds or 0):
             left = deadline - time.monotonic()
+            round_s = max(round_s, round_estimate(run))  # the windows may have grown
             if left < round_s:
                 run.stopped_by = f"budget: another round takes about {round_s:.0f} s, {max(0, left):.0f} s left"
                 return

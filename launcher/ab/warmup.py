@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 
 from launcher.ab.config import WARM_COV
+from launcher.ab.document import PassDoc
 from launcher.ab.guard import compiled_during, log_offset
 from launcher.ab.measure import bench_pass, pass_folder
 from launcher.ab.servers import ServerPool, Up, reset_prefix_cache
@@ -55,15 +56,45 @@ def pace(window: Window) -> tuple[float, float] | None:
     return window.in_flight / window.latency_s, window.latency_s
 
 
+def _hold(run: AbRun, c: int, paces: list[tuple[float, float]]) -> float:
+    """The seconds a pass at level c holds the load so that the slowest side completes 10 x c requests and 5
+    request latencies inside its window (with a fifth more to spare), never under --window nor over the cap."""
+    need = max(max(MIN_REQUESTS_PER_STREAM * c / rate, MIN_LATENCIES * latency) for rate, latency in paces) * 1.2
+    return min(MAX_WINDOW_S, max(run.cfg.window_s, math.ceil(need * 2) / 2))
+
+
 def size_windows(run: AbRun, say: Say) -> None:
-    """Each level's pass length, fixed once every side has warmed up there: long enough that the slowest side
-    completes 10 x concurrency requests and 5 request latencies inside the window (with a fifth more to spare),
-    and never under --window."""
+    """Each level's pass length, fixed once every side has warmed up there (from the warm-up's pace)."""
     for c in run.cfg.workload.concurrency:
         paces = [pace for (side, level), pace in run.paces.items() if level == c]
         if c in run.windows or not paces:
             continue
-        need = max(max(MIN_REQUESTS_PER_STREAM * c / rate, MIN_LATENCIES * latency) for rate, latency in paces) * 1.2
-        run.windows[c] = min(MAX_WINDOW_S, max(run.cfg.window_s, math.ceil(need * 2) / 2))
+        run.windows[c] = _hold(run, c, paces)
         if run.windows[c] > run.cfg.window_s:
             say(f"ab: c={c}: passes hold the load {run.windows[c]:g} s (the slowest side needs that for its window)")
+
+
+def lengthen_short(run: AbRun, passes: list[PassDoc], say: Say) -> None:
+    """A level whose passes came out short (a side ran slower than its warm-up paced it: the
+    H200, 2026-12-03, eager Nano took 2.2-3.1 s a request at c=1 against the warm-up's 1.9 s, and one of its two
+    passes was dropped) holds the load longer from the next round on, sized from this round's own passes. Windows
+    only grow; both sides of a comparison always hold the same length."""
+    for c in run.cfg.workload.concurrency:
+        at = [p["window"] for p in passes if p["level"] == c and p["window"] is not None]
+        if not any(w["short"] for w in at):
+            continue
+        paces = [(w["in_flight"] / w["latency_s"], w["latency_s"]) for w in at if w["latency_s"] > 0 < w["in_flight"]]
+        longer = _hold(run, c, paces) if paces else run.windows.get(c, run.cfg.window_s)
+        if longer > run.windows.get(c, run.cfg.window_s):
+            run.windows[c] = longer
+            say(f"ab: c={c}: passes came out short; they hold the load {longer:g} s from the next round on")
+
+
+def round_estimate(run: AbRun) -> float:
+    """Seconds one round takes at the sized windows: each side passes twice per level, each pass holds its window,
+    then drains (the slowest side's request latency) and is written (about a second)."""
+    total = 0.0
+    for c in run.cfg.workload.concurrency:
+        latency = max((lat for (_, level), (_, lat) in run.paces.items() if level == c), default=0.0)
+        total += 2 * len(run.live_names()) * (run.windows.get(c, run.cfg.window_s) + latency + 1.0)
+    return total

@@ -19,7 +19,7 @@ from launcher.ab.report import agreement_text, sentence
 from launcher.ab.servers import Up
 from launcher.ab.sides import Side
 from launcher.ab.state import AbRun
-from launcher.ab.warmup import pace, size_windows
+from launcher.ab.warmup import lengthen_short, pace, round_estimate, size_windows
 from launcher.ab.window import steady_window
 from launcher.cli.main import main
 from launcher.errors import BadInput
@@ -347,6 +347,56 @@ def test_a_pass_window_shorter_than_a_request_still_paces_the_level() -> None:
                           paces={("eager", 8): (rate, latency)}, windows={})  # fmt: skip
     size_windows(run, lambda _: None)  # type: ignore[arg-type]
     assert 60 <= run.windows[8] <= 80  # 10 requests per stream at 8/6 per second, a fifth to spare: 72 s
+
+
+def test_a_budget_that_cannot_hold_the_first_verdicts_rounds_measures_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the H200, 2026-12-03: starts and warm-ups left ~60 s of a 9.5 min budget, ab began a round of ~230 s anyway,
+    # and was killed past its budget with nothing decided. A round's length now comes from the sized windows.
+    from tests.fake_server import PACED_S, serving
+    from tests.helpers import free_port
+
+    monkeypatch.setattr(ab, "round_estimate", lambda run: 3600.0)  # an hour a round: 2 cannot fit in 10 minutes
+    pair = (Side("A", "cpu"), Side("B", "cpu"))
+    cfg = AbConfig("m", pair, Workload((2,), 8, 8, 8), budget_min=10.0, **FAST)
+    with serving(free_port(), token_delay_s=PACED_S) as url:
+        outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url))  # type: ignore[arg-type]
+    assert outcome.doc["rounds"] == []
+    assert "the rounds a first verdict needs take about 7200 s" in outcome.doc["stopped_by"], outcome.doc["stopped_by"]
+
+
+def _h200_nano_round() -> list[Any]:
+    """Round 1 of the H200's eager-vs-graphs Nano run at c=1 (2026-12-03, third lease): the eager side ran slower
+    than its warm-up paced it (windows sized 22.5 s), one of its passes completed 8 requests, fewer than 10."""
+
+    def p(side: str, latency: float, requests: int, short: str | None) -> dict[str, Any]:
+        return {"side": side, "level": 1, "window": {"in_flight": 1.0, "latency_s": latency, "requests": requests,
+                                                     "short": short}}  # fmt: skip
+
+    short = "8 requests completed in the window, fewer than 10 x 1"
+    return [p("graphs", 0.151, 146, None), p("eager", 3.105, 8, short), p("eager", 2.155, 11, None),
+            p("graphs", 0.1338, 163, None)]  # fmt: skip
+
+
+def test_a_level_whose_passes_came_out_short_holds_longer_next_round() -> None:
+    run = SimpleNamespace(cfg=SimpleNamespace(workload=SimpleNamespace(concurrency=(1, 8)), window_s=5.0),
+                          windows={1: 22.5, 8: 32.5}, paces={})  # fmt: skip
+    said: list[str] = []
+    lengthen_short(run, _h200_nano_round(), said.append)  # type: ignore[arg-type]
+    assert run.windows == {1: 37.5, 8: 32.5}  # 10 requests of 3.1 s with a fifth to spare; c=8 had no short pass
+    assert said == ["ab: c=1: passes came out short; they hold the load 37.5 s from the next round on"]
+    lengthen_short(run, [{**q, "window": {**q["window"], "short": None}} for q in _h200_nano_round()], said.append)
+    assert run.windows[1] == 37.5 and len(said) == 1  # nothing short: windows never shrink
+
+
+def test_a_rounds_length_is_its_passes_windows_and_drains() -> None:
+    paces = {("graphs", 1): (6.6, 0.15), ("eager", 1): (0.5, 2.0), ("graphs", 8): (29.0, 0.27),
+             ("eager", 8): (3.0, 2.7)}  # fmt: skip
+    run = SimpleNamespace(cfg=SimpleNamespace(workload=SimpleNamespace(concurrency=(1, 8)), window_s=5.0),
+                          windows={1: 22.5, 8: 32.5}, paces=paces, live_names=lambda: ["a", "b"])  # fmt: skip
+    # 4 passes a level: 4 x (22.5 + 2.0 + 1) + 4 x (32.5 + 2.7 + 1)
+    assert round_estimate(run) == pytest.approx(4 * 25.5 + 4 * 36.2)  # type: ignore[arg-type]
 
 
 class _StartOrder:
