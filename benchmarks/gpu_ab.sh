@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # ab v2 on the H200 (vLLM 0.26 importable as python3, gpu/README.md), from the repository root, in the background:
 #   nohup bash benchmarks/gpu_ab.sh all OUTDIR > OUTDIR.log 2>&1 &
-# Stages (each its own command; `all` runs fp8, nano, then moe, ~34 min of device time: two leases):
-#   fp8   ~12 min: dummy Llama-3.1-8B shape, online FP8, three co-resident servers (started one after the other):
+# Stages (each its own command, each about one lease; `all` runs fp8, nano, then moe, ~55 min of device time):
+#   fp8   ~20 min: dummy Llama-3.1-8B shape, online FP8, three co-resident servers (started one after the other):
 #         base (vLLM's FP8 kernel on SM90: CUTLASS), torch (disabled_kernels=[CutlassFP8ScaledMMLinearKernel]:
 #         per-tensor torch scaled-mm) and base-again (--calibrate: the A/A). c=1,32,64, headline c=64. Measures
 #         the A/A spread per round at each level (issue 26: at most 1.5%) and judges torch against CUTLASS at
 #         every level.
-#   moe   ~10 min: dummy Qwen3-30B-A3B shape, online FP8: vLLM's default MoE kernel, moe_backend=triton and
+#   moe   ~18 min: dummy Qwen3-30B-A3B shape, online FP8: vLLM's default MoE kernel, moe_backend=triton and
 #         moe_backend=marlin, co-resident, c=1,8,32,64, headline c=32. No A/A (a fourth 30 GB server does not fit
 #         beside three), so its verdicts say "noise not measured" unless a noise stored for this machine, model and
 #         window matches.
-#   nano  ~12 min: issue 27's graphs-vs-eager question on the dummy Nemotron 3 Nano 30B-A3B shape as released
+#   nano  ~17 min: issue 27's graphs-vs-eager question on the dummy Nemotron 3 Nano 30B-A3B shape as released
 #         (NVFP4 experts, FP8 KV), served with profiles/sm120.toml's flags of record co-resident: graphs (the
-#         profile) against eager (cuda_graphs=false), c=1,8, 32 output tokens, headline c=1 (the seed's 27 vs 97
+#         profile) against eager (cuda_graphs=false), c=1, 32 output tokens, headline c=1 (the seed's 27 vs 97
 #         tok/s). No NVFP4 MoE backend ab: on SM90 only Marlin runs (probe, 2026-12-03), so there is no second
 #         backend.
 #   tune  ~6 min (optional): tune from the 2026-12-01 probe's close call, the final against the fp8 stage's noise.
-# All with ab's defaults (5 s steady windows, 2% threshold, Pocock-corrected looks, up to 8 rounds) and --budget,
-# so each stage ends on time; a wall-clock guard (SIGTERM: nemolaunch keeps the completed rounds) backs it up.
+# All with ab's defaults (5 s steady windows, 2% threshold, Pocock-corrected looks, up to 8 rounds) and --budget
+# (GPU_AB_FP8_MIN, GPU_AB_MOE_MIN, GPU_AB_NANO_MIN or GPU_AB_BUDGET_MIN for all), so each stage ends on time; a
+# wall-clock guard (SIGTERM: nemolaunch keeps the completed rounds) backs it up.
 # A side that cannot start is a result (infeasible, with its diagnosis), never the end of the script.
 # Writes into OUTDIR/STAGE: ab.json, report.md, ratios.png, progress (stderr), verdicts (stdout), the server logs'
 # last lines. Prints, per stage: its device time (wall clock on the GPU host), the noise, every verdict.
@@ -70,16 +71,18 @@ else
   lens=(--input-len 256 --output-len 64)
   torch_set='disabled_kernels=["CutlassFP8ScaledMMLinearKernel"]'
   moe_sets=('moe_backend="triton"' 'moe_backend="marlin"')
-  # fp8: three starts one after the other (~150 s cold, then ~90 s each), warm-up, rounds of ~130 s
-  budget_fp8=${GPU_AB_BUDGET_MIN:-12}
-  budget_moe=${GPU_AB_BUDGET_MIN:-10}
+  # each stage alone fills most of one 30-minute lease (the H200, 2026-12-03, third lease: Nano's two starts took
+  # 270 + 160 s, its warm-up ~2 min, a c=1,8 round ~230 s). fp8: three starts one after the other (~150 s cold,
+  # then ~90 s each), warm-up ~3 min, rounds of ~150 s, 4 for the A/A spread; moe: three 30B starts, 4 levels
+  budget_fp8=${GPU_AB_FP8_MIN:-${GPU_AB_BUDGET_MIN:-20}}
+  budget_moe=${GPU_AB_MOE_MIN:-${GPU_AB_BUDGET_MIN:-18}}
   nano=${GPU_AB_NANO:-$work/nemotron-3-nano-30b-a3b-nvfp4}
-  # eager Nano ran 51 tok/s with 32 in flight (2026-12-03): its requests last tens of seconds at c=32, and a window
-  # holds 10 per stream, so the levels stop at 8 and the answers at 32 tokens
-  nano_levels=1,8
+  # eager Nano ran 51 tok/s with 32 in flight and 11-15 tok/s at c=1 (2-3 s a 32-token answer; a c=8 pass once
+  # completed nothing in 33 s) (2026-12-03): the seed's question is single-stream, so c=1 alone, 32-token answers
+  nano_levels=1
   nano_headline=1
   nano_out=(--output-len 32)
-  budget_nano=${GPU_AB_BUDGET_MIN:-12}
+  budget_nano=${GPU_AB_NANO_MIN:-${GPU_AB_BUDGET_MIN:-17}}
 fi
 
 profile() {  # FILE DESCRIPTION: 4096 context, CUDA graphs
@@ -127,6 +130,9 @@ run_ab() {  # STAGE BUDGET_MIN ARGS...: one ab, its device time and results
   shift 2
   local dest=$out/$stage
   mkdir -p "$dest"
+  # inside gpu_session.sh the stage's time limit (STAGE_S) bounds ab's budget, guard included: a stage killed from
+  # outside loses the round under way and the files below (the H200, 2026-12-03: the nano stage, exit 124)
+  [ -n "${STAGE_S:-}" ] && budget=$(awk "BEGIN { b = (${STAGE_S} - 250) / 60; print (b < $budget) ? b : $budget }")
   local t0 rc=0
   t0=$(date +%s)
   timeout -s TERM "$(awk "BEGIN { print int($budget * 60 + 240) }")" "$launcher" -m launcher ab --python "$engine" \

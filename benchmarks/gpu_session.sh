@@ -5,11 +5,12 @@
 #   setsid bash benchmarks/gpu_session.sh RESULTS [STAGE ...] > RESULTS.log 2>&1 < /dev/null &
 #   bash benchmarks/gpu_session.sh --collect RESULTS TARBALL SECONDS   # waits until done or SECONDS pass,
 #                                                                      # refreshing TARBALL every 15 s
-# Stages (default: ab-fp8 ab-nano ab-moe, in this order, ~34 min: more than one lease, so name two): ab-fp8, ab-
-# nano, ab-moe and tune (gpu_ab.sh, ab budgets of 12, 12 and 10 min), fidelity (gpu_bench_fidelity.sh), probe
-# (gpu_probe.sh), probe-mamba (gpu_probe_hybrid.sh, Mamba chains only), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256 alone,
-# three clients), fidelity256-pinned (c=256 against vLLM's client, 3 blocks of longer passes, each process on cores
-# of its own) and probe-nice0 (probe with FlashInfer's attention compile at normal priority). Each stage's
+# Stages (default: ab-fp8 ab-nano ab-moe, in this order, ~55 min: each ab stage fills most of one 30-minute lease,
+# so name one): ab-fp8, ab-nano, ab-moe and tune (gpu_ab.sh, ab budgets of 20, 17 and 18 min, cut to what the
+# deadline leaves), fidelity (gpu_bench_fidelity.sh), probe (gpu_probe.sh), probe-mamba (gpu_probe_hybrid.sh,
+# Mamba chains only), moe (gpu_shapes.sh on the Qwen3-30B-A3B shape, online FP8); on request fidelity256 (c=256
+# alone, three clients), fidelity256-pinned (c=256 against vLLM's client, 3 blocks of longer passes, each process
+# on cores of its own) and probe-nice0 (probe with FlashInfer's attention compile at normal priority). Each stage's
 # command gets its time limit less 10 s in STAGE_S. Each writes RESULTS/STAGE/ and its console output
 # RESULTS/STAGE.log; RESULTS/session.txt says when each began and ended and its exit code;
 # RESULTS/done marks the end. ab, tune and fidelity serve the same model folder (the Llama-3.1-8B shape,
@@ -69,6 +70,7 @@ mkdir -p "$(dirname "$model")"
 [ -f "$model/config.json" ] \
   || python3 -m launcher model shape llama-3.1-8b "$model" --quantization fp8 --python python3 > "$results/shape.log" 2>&1
 
+ab_limit() { awk "BEGIN { print int($1 * 60 + 270) }"; }  # BUDGET_MIN: an ab stage's wall-clock limit in seconds
 stage() {  # NAME MIN_S MAX_S COMMAND...: run if MIN_S fits before the deadline, at most MAX_S
   local name=$1 min=$2 max=$3 left rc
   shift 3
@@ -96,9 +98,13 @@ for s in "${stages[@]}"; do
     fidelity256-pinned) stage fidelity256-pinned 300 480 env MODEL_DIR="$model" LEVELS=256 BLOCKS=3 \
       PROMPTS_PER_STREAM=8 PIN=1 bash benchmarks/gpu_bench_fidelity.sh "$results/fidelity256-pinned" ;;
     # gpu_ab.sh's stages, one folder: tune reads the fp8 stage's noise from it
-    ab-fp8) stage ab-fp8 300 900 env GPU_AB_DENSE="$model" bash benchmarks/gpu_ab.sh fp8 "$results/ab" ;;
-    ab-nano) stage ab-nano 300 900 bash benchmarks/gpu_ab.sh nano "$results/ab" ;;
-    ab-moe) stage ab-moe 300 780 bash benchmarks/gpu_ab.sh moe "$results/ab" ;;
+    # each at most its ab budget and gpu_ab.sh's guard (4 min) and a little more: ab ends itself within its budget
+    ab-fp8) stage ab-fp8 300 "$(ab_limit "${GPU_AB_FP8_MIN:-${GPU_AB_BUDGET_MIN:-20}}")" env GPU_AB_DENSE="$model" \
+      bash benchmarks/gpu_ab.sh fp8 "$results/ab" ;;
+    ab-nano) stage ab-nano 300 "$(ab_limit "${GPU_AB_NANO_MIN:-${GPU_AB_BUDGET_MIN:-17}}")" \
+      bash benchmarks/gpu_ab.sh nano "$results/ab" ;;
+    ab-moe) stage ab-moe 300 "$(ab_limit "${GPU_AB_MOE_MIN:-${GPU_AB_BUDGET_MIN:-18}}")" \
+      bash benchmarks/gpu_ab.sh moe "$results/ab" ;;
     tune) stage tune 240 600 env GPU_AB_DENSE="$model" bash benchmarks/gpu_ab.sh tune "$results/ab" ;;
     probe) stage probe 150 400 bash benchmarks/gpu_probe.sh "$results/probe" ;;
     # the same with FlashInfer's attention compile at normal priority (the long pole of a fresh run at nice 10)
