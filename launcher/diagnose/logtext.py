@@ -79,6 +79,31 @@ def level(raw: bytes) -> str | None:
     return m.group(1).decode() if m else None
 
 
+# a message that itself says something failed: an exception's name before it (pydantic's "Value error, ..." too), a
+# CLI's "Error:"/"error:", an exit with a status, a crash
+_FAILED = re.compile(
+    r"^(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault)\b|Value error,|(?:\w[\w.-]*: )?[Ee]rror:)"
+    r"|\bexit(?:ed)?(?: with)? (?:code|status)\W{0,3}-?[1-9]|\bterminate called\b|\b(?:Segmentation fault|Aborted)\b"
+)
+# a message that says the program goes on: a feature left out, a fallback taken; or a shell tool's complaint about a
+# path ("df: /root/.triton/autotune: No such file or directory")
+_GOES_ON = re.compile(
+    r"\b(?:is not available|are not available|not be enabled|[Ff]all(?:ing)? ?back|[Ss]kipping|[Ii]gnoring)\b"
+    r"|^[a-z][\w-]{1,15}: (?:cannot \w+ )?['`]?[/~.][^\s:]*['`]?: "
+)
+
+
+def shows_failure(said: str, logged: str | None) -> bool:
+    """The line itself says something failed: logged at an error level, an exception, an exit, a crash."""
+    return logged in ("ERROR", "CRITICAL", "FATAL") or _FAILED.search(said) is not None
+
+
+def looks_benign(said: str, logged: str | None) -> bool:
+    """The line reads as one a working program prints: logged below the error levels, a fallback, a shell tool's
+    note about a path."""
+    return logged in ("INFO", "DEBUG", "WARNING", "WARN") or _GOES_ON.search(said) is not None
+
+
 def frames(text: bytes) -> list[tuple[str, str]]:
     """The frames of a traceback that run through the indexed packages, outermost first: (file, function)."""
     return [(f.decode(), fn.decode()) for f, fn in FRAME.findall(text)]

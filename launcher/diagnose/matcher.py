@@ -26,7 +26,9 @@ from launcher.diagnose.logtext import (
     inner_messages,
     is_ordinary,
     level,
+    looks_benign,
     message,
+    shows_failure,
 )
 from launcher.diagnose.members import Member, members
 from launcher.diagnose.rules import Rule, Severity
@@ -150,16 +152,23 @@ class Matcher:
                 continue
             self._index_lines += 1
             nxt = text[line_end + 1 : self._line_at(text, line_end + 1, start, stop)[1]] if line_end < stop else None
-            template = self.index.match(raw, nxt or None, self._engine.name)
-            if template is None:
+            found = self.index.find(raw, nxt or None, self._engine.name)
+            if found is None:
                 continue
             rule_id = by_line.get(line_start)
             if rule_id is not None:
-                self._sites.attach(rule_id, template)
+                self._sites.attach(rule_id, found[0])
                 continue
-            lead = self.index.foreign(template, self._engine.name)
-            rule = self._sites.rule_for(template, message(raw), level(raw), lead)
+            rule = self._index_rule(raw, *found)
             hits.setdefault(rule.id, (rule, set(), {}))[1].add(line_start)
+
+    def _index_rule(self, raw: bytes, template: int, specific: bool) -> Rule:
+        """The rule for a line the index matched and no curated pattern did: a loose match (a short or generic
+        template, or a line that reads as benign) is an error only when the line itself shows a failure."""
+        assert self.index is not None
+        said, logged = message(raw), level(raw)
+        loose = not shows_failure(said, logged) and (not specific or looks_benign(said, logged))
+        return self._sites.rule_for(template, said, logged, self.index.foreign(template, self._engine.name), loose)
 
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded
@@ -231,10 +240,9 @@ class Matcher:
             return
         line, raw = self._tail
         self._tail = None
-        template = self.index.match(raw, engine=self._engine.name)
-        if template is not None:
-            lead = self.index.foreign(template, self._engine.name)
-            finding = self._finding(self._sites.rule_for(template, message(raw), level(raw), lead), [])
+        found = self.index.find(raw, engine=self._engine.name)
+        if found is not None:
+            finding = self._finding(self._index_rule(raw, *found), [])
             if all(n != line for n, _ in finding.evidence):
                 finding.count += 1
                 finding.evidence.append((line, evidence(raw)))

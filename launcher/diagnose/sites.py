@@ -22,7 +22,7 @@ class SiteRules:
         self.keyed = [r for r in rules if r.sites]
         self.index = index
         self._site_by_rule: dict[str, Site] = {}
-        self._made: dict[tuple[int, bool, bool], Rule] = {}
+        self._made: dict[tuple[int, bool, bool, bool], Rule] = {}
 
     def attach(self, rule_id: str, template: int) -> None:
         """The raise site of a line a curated rule's pattern matched: the rule keeps its fix, the finding gains
@@ -41,11 +41,12 @@ class SiteRules:
                     return rule
         return None
 
-    def rule_for(self, template: int, said: str, logged: str | None, lead: bool = False) -> Rule:
+    def rule_for(self, template: int, said: str, logged: str | None, lead: bool = False, loose: bool = False) -> Rule:
         """The rule for a line that matched template but no curated pattern. `said` is the message as logged:
         its values make the advice concrete; `logged` is the level the line was logged at (a message an error
         template describes, logged as a warning, was not fatal there). A lead (another engine's message, in a log
-        that does not name its engine) defers to the log's own root error."""
+        that does not name its engine) defers to the log's own root error. A loose match (a short or generic
+        template, or a line that reads as benign, and no failure shown by the line itself) is at most a warning."""
         assert self.index is not None
         site = self.index.site(template)
         for rule in self.keyed:
@@ -53,13 +54,13 @@ class SiteRules:
                 self.attach(rule.id, template)
                 return rule
         demoted = logged in ("WARNING", "WARN") and site.level == "error"
-        key = (template, demoted, lead)
+        key = (template, demoted, lead, loose)
         if key not in self._made:
-            self._made[key] = self._make(site, said, demoted, lead)
+            self._made[key] = self._make(site, said, demoted, lead, loose)
             self._site_by_rule[self._made[key].id] = site
         return self._made[key]
 
-    def _make(self, site: Site, said: str, demoted: bool, lead: bool) -> Rule:
+    def _make(self, site: Site, said: str, demoted: bool, lead: bool, loose: bool) -> Rule:
         assert self.index is not None
         clauses, named = self.index.advice(said, site.guard)
         knobs = [self.index.flag_of(k) for k in site.knobs]
@@ -84,9 +85,10 @@ class SiteRules:
         stage_fix = () if fix_parts else tuple((k, v) for k, v in STAGE_FIX.items() if k is not None)
         kind = site.exception if verb == "raised" else f"{site.package} {site.level}"
         version = self.index.packages.get(site.package, "")
+        severity = Severity.INFO if site.level != "error" or demoted else Severity.WARNING if loose else Severity.ERROR
         return Rule(
             id=f"raised:{site.file}:{site.function or site.line}",
-            severity=Severity.ERROR if site.level == "error" and not demoted else Severity.INFO,
+            severity=severity,
             title=_short(f"{kind}: {site.text}", MAX_TITLE),
             patterns=(),
             cause=cause,

@@ -19,6 +19,9 @@ from launcher.diagnose.logtext import message, normal
 
 MIN_MATCHED = 16  # literal characters a match must cover
 MIN_SHARE = 0.25  # and this share of the message: a short common phrase inside a long message is not its source
+# a match this specific says where the message came from by itself; a looser one ("… is not available." in "FlashInfer
+# is not available. Falling back to the PyTorch") is only a lead: the line must show a failure to be one
+SPECIFIC_MATCHED, SPECIFIC_SHARE = 32, 0.5
 # where a package's own messages win a tie: the engines' first, then their kernels, then the libraries under them
 PACKAGE_ORDER = (
     "vllm",
@@ -172,8 +175,14 @@ class TemplateIndex:
         return covered
 
     def match(self, raw: bytes, following: bytes | None = None, engine: str | None = None) -> int | None:
-        """The template a log line says, or None. `following` is the next line: a message a terminal or a
-        container wrapped continues there. `engine` is the engine the log comes from (None: it does not say, so the
+        """The template a log line says, or None (see find)."""
+        found = self.find(raw, following, engine)
+        return found[0] if found else None
+
+    def find(self, raw: bytes, following: bytes | None = None, engine: str | None = None) -> tuple[int, bool] | None:
+        """The template a log line says and whether the match is specific (SPECIFIC_MATCHED literal characters,
+        SPECIFIC_SHARE of the message), or None. `following` is the next line: a message a terminal or a container
+        wrapped continues there. `engine` is the engine the log comes from (None: it does not say, so the
         interpreter's own): another engine's messages are not its source."""
         text = normal(message(raw))
         if len(text) < MIN_MATCHED:
@@ -197,7 +206,10 @@ class TemplateIndex:
             key = (not foreign, covered, -rank, -i)
             if best is None or key > best:
                 best = key
-        return -best[3] if best else None
+        if best is None:
+            return None
+        covered = best[1]
+        return -best[3], covered >= max(SPECIFIC_MATCHED, SPECIFIC_SHARE * len(text))
 
     def foreign(self, i: int, engine: str | None) -> bool:
         """Template i is a message of another engine than the log's (None: the interpreter's)."""
