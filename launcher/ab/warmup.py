@@ -75,10 +75,10 @@ def size_windows(run: AbRun, say: Say) -> None:
 
 
 def lengthen_short(run: AbRun, passes: list[PassDoc], say: Say) -> None:
-    """A level whose passes came out short (a side ran slower than its warm-up paced it: the
-    H200, 2026-12-03, eager Nano took 2.2-3.1 s a request at c=1 against the warm-up's 1.9 s, and one of its two
-    passes was dropped) holds the load longer from the next round on, sized from this round's own passes. Windows
-    only grow; both sides of a comparison always hold the same length."""
+    """A level whose passes came out short (a side ran slower than its warm-up paced it: the H200, 2026-12-03,
+    eager Nano took 2.2-3.1 s a request at c=1 against the warm-up's 1.9 s, and one of its two passes was dropped)
+    holds the load longer from the next round on, sized from this round's own passes. Windows only grow; both
+    sides of a comparison always hold the same length."""
     for c in run.cfg.workload.concurrency:
         at = [p["window"] for p in passes if p["level"] == c and p["window"] is not None]
         if not any(w["short"] for w in at):

@@ -96,7 +96,7 @@ def steady_window(records: list[dict[str, Any]], concurrency: int) -> Window | N
     nbins, width = _bins(span, latency)
     counts = [0] * nbins
     for t in tokens:
-        if first_at <= t < first_at + nbins * width:
+        if first_at <= t <= first_at + nbins * width:
             counts[min(nbins - 1, int((t - first_at) / width))] += 1
     short = None
     if completed < MIN_REQUESTS_PER_STREAM * concurrency:
