@@ -1,0 +1,128 @@
+"""Failure classes written as classes, each tested on lines quoted from public threads (none of them in a recall
+fixture): any undefined symbol of a Python extension, a container runtime without the NVIDIA toolkit, a rank whose
+GPU torch.distributed does not know, one allocation too large for any GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.texts import diagnose_text
+
+CASES = [
+    # (thread the line is quoted from, line, rule, severity, what the fix must name)
+    (
+        "MVIG-SJTU/AlphaPose#614",
+        "ImportError: /home/XXXXXXXX/exp/AlphaPose/alphapose/models/layers/dcn/"
+        "deform_conv_cuda.cpython-37m-x86_64-linux-gnu.so: undefined symbol: THPVariableClass",
+        "extension-python-abi",
+        "error",
+        "import torch before the extension",
+    ),
+    (
+        "godweiyang/NN-CUDA-Example#4",
+        "OSError: /home/gzy/NN-CUDA-Example/pytorch/build/libadd2.so: undefined symbol: THPVariableClass",
+        "extension-python-abi",
+        "error",
+        "libadd2.so was built for another torch or Python",
+    ),
+    (
+        "lesgourg/class_public#589",
+        "ImportError: ./classy.so: undefined symbol: _ZGVbN2v_tan",
+        "extension-undefined-symbol",
+        "error",
+        "rebuild classy.so in this environment",
+    ),
+    (
+        "hiyouga/LlamaFactory#5268",
+        'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]',
+        "container-gpu-runtime-missing",
+        "error",
+        "nvidia-container-toolkit",
+    ),
+    (
+        "infiniflow/ragflow#9573",
+        'Error response from daemon: could not select device driver "nvidia" with capabilities: [[gpu]]',
+        "container-gpu-runtime-missing",
+        "error",
+        "nvidia-ctk runtime configure",
+    ),
+    (
+        "NVIDIA/libnvidia-container#231",
+        "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared "
+        "object file: no such file or directory",
+        "container-gpu-runtime-missing",
+        "error",
+        "nvidia-smi must work on the host",
+    ),
+    (
+        "duixcom/Duix-Avatar#221",
+        "WARNING: The NVIDIA Driver was not detected. GPU functionality will not be available.",
+        "container-started-without-gpus",
+        "warning",
+        "--gpus all",
+    ),
+    (
+        "NVIDIA/Fuser#4504",
+        "tests/python/multidevice/test_deepseek_v3.py [rank0]:[W522 22:27:03.825695149 ProcessGroupNCCL.cpp:4789] "
+        "[PG ID 0 PG GUID 0 Rank 0]  using GPU 0 as device used by this process is currently unknown. This can "
+        "potentially cause a hang if this rank to GPU mapping is incorrect. You can specify device_id in "
+        "init_process_group() to force use of a particular device.",
+        "nccl-device-unknown",
+        "warning",
+        "torch.cuda.set_device(local_rank)",
+    ),
+    (
+        "deepspeedai/DeepSpeed#7266",
+        "[W404 00:15:21.693690333 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 to perform "
+        "barrier as devices used by this process are currently unknown. This can potentially cause a hang if this "
+        "rank to GPU mapping is incorrect.",
+        "nccl-device-unknown",
+        "warning",
+        "device_id=torch.device('cuda', local_rank)",
+    ),
+    (
+        "QwenLM/Qwen2.5-Omni#240",
+        "CUDA out of memory. Tried to allocate 124.68 GiB. GPU 0 has a total capacity of 95.22 GiB of which 51.23 "
+        "GiB is free.",
+        "single-allocation-too-large",
+        "error",
+        "124.68 GiB in one tensor: use a fused attention",
+    ),
+    (
+        "Francis-Rings/StableAvatar#83",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 62.02 GiB.",
+        "single-allocation-too-large",
+        "error",
+        "pip install flash-attn",
+    ),
+]
+
+
+@pytest.mark.parametrize(("thread", "line", "rule", "severity", "names"), CASES, ids=[c[0] for c in CASES])
+def test_a_line_of_the_class_reaches_its_rule(thread: str, line: str, rule: str, severity: str, names: str) -> None:
+    finding = {f["id"]: f for f in diagnose_text(line + "\n")}[rule]
+    assert finding["severity"] == severity and names in str(finding["fix"]), finding
+
+
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [
+        # a torch C++ symbol stays with the rule that names the torch to match (godweiyang/NN-CUDA-Example#4)
+        (
+            "OSError: /xxx/NN-CUDA-Example/pytorch/build/libadd2.so: undefined symbol: "
+            "_ZNK3c106IValue23reportToTensorTypeErrorEv",
+            "extension-torch-abi",
+        ),
+        # an allocation a serving GPU can hold is plain GPU out of memory (noonghunna/club-3090#16)
+        (
+            "(EngineCore pid=112) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has "
+            "a total capacity of 23.56 GiB of which 21.75 MiB is free.",
+            "gpu-out-of-memory",
+        ),
+    ],
+    ids=["torch-symbol", "small-allocation"],
+)
+def test_a_more_specific_rule_comes_first(line: str, rule: str) -> None:
+    findings = diagnose_text(line + "\n")
+    assert findings[0]["id"] == rule
+    assert not {"extension-undefined-symbol", "single-allocation-too-large"} & {str(f["id"]) for f in findings}
