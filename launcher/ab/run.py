@@ -315,6 +315,8 @@ def _exit_code(run: AbRun) -> int:
         return ExitCode.INTERRUPTED
     if any(st.status in ("infeasible", "died") for st in run.states.values()):
         return ExitCode.PROBLEM
+    if not run.rounds:  # the budget went to starts and warm-ups: nothing was measured, nothing can be used
+        return ExitCode.PROBLEM
     return ExitCode.OK
 
 

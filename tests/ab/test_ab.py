@@ -331,6 +331,7 @@ def test_a_budget_spent_on_starts_and_warm_up_measures_nothing_and_says_so(tmp_p
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, Together(url))  # type: ignore[arg-type]
     assert outcome.doc["rounds"] == [] and outcome.doc["status"] == "complete"
     assert outcome.doc["stopped_by"].startswith("budget: server starts and warm-ups took")
+    assert outcome.code == 1  # nothing measured: a script must not read it as a result
 
 
 def test_a_pass_window_shorter_than_a_request_still_paces_the_level() -> None:
@@ -362,7 +363,7 @@ def test_a_budget_that_cannot_hold_the_first_verdicts_rounds_measures_none(
     cfg = AbConfig("m", pair, Workload((2,), 8, 8, 8), budget_min=10.0, **FAST)
     with serving(free_port(), token_delay_s=PACED_S) as url:
         outcome = ab.run_ab(cfg, tmp_path / "o", lambda m: None, FakePool(url))  # type: ignore[arg-type]
-    assert outcome.doc["rounds"] == []
+    assert outcome.doc["rounds"] == [] and outcome.code == 1
     assert "the rounds a first verdict needs take about 7200 s" in outcome.doc["stopped_by"], outcome.doc["stopped_by"]
 
 
