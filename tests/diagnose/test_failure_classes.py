@@ -1,6 +1,8 @@
 """Failure classes written as classes, each tested on lines quoted from public threads (none of them in a recall
-fixture): any undefined symbol of a Python extension, a container runtime without the NVIDIA toolkit, a rank whose
-GPU torch.distributed does not know, one allocation too large for any GPU."""
+fixture): any undefined symbol of a Python extension, a container runtime without the NVIDIA toolkit (or without
+shared memory), ranks whose GPU torch.distributed does not know or shares, one allocation too large for any GPU, and
+operator-facing classes whose common wording no rule had: transformers' missing chat template, the driver's own
+libraries, a path the process may not use, pip's unresolvable requirements."""
 
 from __future__ import annotations
 
@@ -95,6 +97,59 @@ CASES = [
         "error",
         "pip install flash-attn",
     ),
+    (
+        "OpenRLHF/OpenRLHF#613",
+        "[rankx]: ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no "
+        "template argument was passed! For information about writing templates and setting the "
+        "tokenizer.chat_template attribute, please see the documentation at "
+        "https://huggingface.co/docs/transformers/main/en/chat_templating",
+        "no-chat-template",
+        "error",
+        "--chat-template",
+    ),
+    (
+        "NVIDIA/Megatron-LM#661",
+        "Duplicate GPU detected : rank 3 and rank 0 both on CUDA device f000",
+        "nccl-duplicate-gpu",
+        "error",
+        "torch.cuda.set_device(local_rank)",
+    ),
+    (
+        "MeetKai/functionary#182",
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory",
+        "driver-library-missing",
+        "error",
+        "--gpus all",
+    ),
+    (
+        "nv-tlabs/GET3D#72",
+        "NOTE: The SHMEM allocation limit is set to the default of 64MB.  This may be",
+        "container-shm-default",
+        "warning",
+        "--shm-size=16g",
+    ),
+    (
+        "ray-project/ray-llm#112",
+        "(ServeController pid=1431) PermissionError: [Errno 13] Permission denied: '/home/paperspace/data'",
+        "permission-denied",
+        "error",
+        "ls -ld /home/paperspace/data",
+    ),
+    (
+        "PeterGriffinJin/Search-R1#150",
+        "ERROR: Cannot install vllm because these package versions have conflicting dependencies.",
+        "pip-resolution-impossible",
+        "error",
+        "The conflict is caused by:",
+    ),
+    (
+        "waybarrios/vllm-mlx#19",
+        "ERROR: ResolutionImpossible: for help visit "
+        "https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts",
+        "pip-resolution-impossible",
+        "error",
+        "fresh virtual environment",
+    ),
 ]
 
 
@@ -113,6 +168,8 @@ def test_a_line_of_the_class_reaches_its_rule(thread: str, line: str, rule: str,
             "_ZNK3c106IValue23reportToTensorTypeErrorEv",
             "extension-torch-abi",
         ),
+        # a cache folder keeps its own rule (Jittor/JittorLLMs#97)
+        ("PermissionError: [Errno 13] Permission denied: '/data/.cache'", "cache-dir-not-writable"),
         # an allocation a serving GPU can hold is plain GPU out of memory (noonghunna/club-3090#16)
         (
             "(EngineCore pid=112) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has "
@@ -120,9 +177,10 @@ def test_a_line_of_the_class_reaches_its_rule(thread: str, line: str, rule: str,
             "gpu-out-of-memory",
         ),
     ],
-    ids=["torch-symbol", "small-allocation"],
+    ids=["torch-symbol", "cache-folder", "small-allocation"],
 )
 def test_a_more_specific_rule_comes_first(line: str, rule: str) -> None:
     findings = diagnose_text(line + "\n")
     assert findings[0]["id"] == rule
-    assert not {"extension-undefined-symbol", "single-allocation-too-large"} & {str(f["id"]) for f in findings}
+    catch_alls = {"extension-undefined-symbol", "single-allocation-too-large", "permission-denied"}
+    assert not catch_alls & {str(f["id"]) for f in findings}
