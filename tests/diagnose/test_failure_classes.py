@@ -2,7 +2,8 @@
 fixture): any undefined symbol of a Python extension, a container runtime without the NVIDIA toolkit (or without
 shared memory), ranks whose GPU torch.distributed does not know or shares, one allocation too large for any GPU, and
 operator-facing classes whose common wording no rule had: transformers' missing chat template, the driver's own
-libraries, a path the process may not use, pip's unresolvable requirements."""
+libraries, a path the process may not use, pip's unresolvable requirements, shared memory of data loaders, a rank
+killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take."""
 
 from __future__ import annotations
 
@@ -149,6 +150,67 @@ CASES = [
         "pip-resolution-impossible",
         "error",
         "fresh virtual environment",
+    ),
+    (
+        "nianticlabs/simplerecon#3",
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        "bus-error-shm",
+        "error",
+        "--shm-size=16g",
+    ),
+    (
+        "THU-DA-6D-Pose-Group/GDR-Net#16",
+        "RuntimeError: DataLoader worker (pid 3216) is killed by signal: Bus error. It is possible that dataloader's "
+        "workers are out of shared memory. Please try to raise your shared memory limit.",
+        "bus-error-shm",
+        "error",
+        "--ipc=host",
+    ),
+    (
+        "meta-llama/llama#856",
+        "[2023-10-13 17:40:02,544] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 62498) of binary: /home/znr/miniconda3/envs/llama/bin/python",
+        "host-oom-killed",
+        "error",
+        "host memory",
+    ),
+    (
+        "fidelity/stoke#31",
+        "  traceback : Signal 9 (SIGKILL) received by PID 10398",
+        "host-oom-killed",
+        "error",
+        "host memory",
+    ),
+    (
+        "snowflakedb/ArcticTraining#219",
+        "[rank7]:[E626 05:14:36.393067540 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 7] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.",
+        "nccl-watchdog-stuck",
+        "error",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    ),
+    (
+        "vllm-project/vllm-omni#474",
+        "(APIServer pid=48263) ValueError: Could not detect config format for no config file found. With "
+        "config_format 'auto', ensure your model has either config.json (HF format) or params.json (Mistral format).",
+        "model-config-missing",
+        "error",
+        "snapshots/<commit>/",
+    ),
+    (
+        "vllm-project/vllm#9398",
+        "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'num_scheduler_steps'",
+        "unexpected-keyword-argument",
+        "error",
+        "EngineArgs.__init__ of the installed release takes no 'num_scheduler_steps'",
+    ),
+    (
+        "NVIDIA-NeMo/RL#870",
+        "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'logprobs_mode'",
+        "unexpected-keyword-argument",
+        "error",
+        "install the release the calling code was written for",
     ),
 ]
 
