@@ -212,6 +212,7 @@ def annotate(
     kv_dtype = "fp8" if kv_flag.startswith("fp8") or (kv_flag == "auto" and weights.kv == "fp8") else "bf16"
     conv_dtype = state_dtype(_flag_value(argv, "--mamba-cache-dtype"), weights.base)
     ssm_dtype = state_dtype(_flag_value(argv, "--mamba-ssm-cache-dtype"), traffic.ssm_state_dtype)
+    dummy = _flag_value(argv, "--load-format") == "dummy"
     workload = summary.get("workload") or {}
 
     def context_of(level: dict[str, Any]) -> float:
@@ -222,7 +223,9 @@ def annotate(
         return prompt + float(workload.get("output_len") or 0) / 2
 
     def step(c: float, context: float) -> StepBytes:
-        return step_bytes(traffic, c, context, weights, kv_dtype, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype)
+        return step_bytes(
+            traffic, c, context, weights, kv_dtype, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, dummy_weights=dummy
+        )
 
     levels, skipped = [], []
     for level in summary.get("levels") or []:
@@ -260,6 +263,12 @@ def annotate(
         f"{weights.label}, KV cache {kv_dtype}"
         + (f", Mamba state {state / 1e6:.1f} MB per sequence (SSM {ssm_dtype}, conv {conv_dtype})" if state else "")
         + f", mean context {context:g} tokens"
+        + (
+            f"; routed experts: the same {traffic.top_k} per layer at every level (dummy weights: the router's "
+            "correction bias picks them)"
+            if dummy and traffic.biased_router
+            else ""
+        )
     )
     return Roofline(
         True,

@@ -22,6 +22,7 @@ from typing import Any
 
 from checks.model_config import merged
 from checks.seqmem import sequence_memory
+from launcher.model import nemotron
 from launcher.model.quant import Quantization
 
 # Bytes per weight parameter, scales included: NVFP4 is 4 bits plus one FP8 scale per 16 values (0.5 + 1/16);
@@ -73,6 +74,7 @@ class ModelTraffic:
     conv_state_per_seq: int = 0  # elements, all Mamba layers: conv_dim x (conv_kernel - 1)
     ssm_state_per_seq: int = 0  # elements, all Mamba layers: heads x head_dim x state_size
     ssm_state_dtype: str = "fp32"  # the config's mamba_ssm_cache_dtype (vLLM's default for NemotronH)
+    biased_router: bool = False  # experts chosen on sigmoid scores plus a learned correction bias (NemotronH)
 
     def _sum(self, *roles: str) -> int:
         return sum(m.params for m in self.modules if m.role in roles)
@@ -239,7 +241,18 @@ def _nemotron_h(config: dict[str, Any]) -> ModelTraffic:
         conv_state_per_seq=seq.conv_state_elements,
         ssm_state_per_seq=seq.ssm_state_elements,
         ssm_state_dtype=_STATE_DTYPES.get(seq.ssm_state_dtype, "fp32"),
+        biased_router=nemotron.biased_router(config),
     )
+
+
+def routed_experts(traffic: ModelTraffic, tokens: float, dummy_weights: bool = False) -> float:
+    """Distinct routed experts one MoE layer reads for `tokens` tokens. With real weights, routing taken as uniform.
+    With vLLM's dummy weights a biased router sends every token to the same top_k experts
+    (`launcher.model.nemotron.biased_router`: 22.0-25.7 of Super's 512 at c=1-64, Nano 6.0-6.8 of 128; a softmax
+    router without a bias stays uniform). Taken as top_k: at most ~2% of Super's step bytes low."""
+    if dummy_weights and traffic.biased_router:
+        return float(traffic.top_k)
+    return expected_distinct_experts(traffic.experts, traffic.top_k, tokens)
 
 
 def expected_distinct_experts(experts: int, top_k: int, tokens: float) -> float:
@@ -282,18 +295,20 @@ def step_bytes(
     base_dtype: str = "bf16",
     conv_dtype: str | None = None,
     ssm_dtype: str | None = None,
+    dummy_weights: bool = False,
 ) -> StepBytes:
     """Bytes one decode step moves at `concurrency` sequences of `context_len` tokens each. `weight_dtype` is one
     storage for every quantizable module, or a checkpoint's Quantization (per module); the lm_head and the router
     stay in the base dtype (as vLLM's online FP8 and NVIDIA's checkpoints keep them). The conv state's dtype is the
-    base dtype unless given (vLLM's --mamba-cache-dtype auto)."""
+    base dtype unless given (vLLM's --mamba-cache-dtype auto). `dummy_weights`: served with --load-format dummy
+    (routed_experts says what that does to a biased router)."""
     quant = (
         weight_dtype
         if isinstance(weight_dtype, Quantization)
         else Quantization(weight_dtype, "", weight_dtype, base_dtype)
     )
     base, kv = BYTES_PER_PARAM[quant.base], BYTES_PER_PARAM[kv_dtype]
-    distinct = expected_distinct_experts(traffic.experts, traffic.top_k, concurrency) if traffic.experts else None
+    distinct = routed_experts(traffic, concurrency, dummy_weights) if traffic.experts else None
     weights = 0.0
     for m in traffic.modules:
         if m.role == "base":

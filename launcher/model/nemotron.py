@@ -169,6 +169,17 @@ _FP8 = {"quant_algo": "FP8"}
 _SUPER_PRODUCER = {"name": "modelopt", "version": "0.43.0.dev63+g449e700f9"}
 
 
+def biased_router(config: dict[str, Any]) -> bool:
+    """vLLM builds a NemotronH MoE layer's router on sigmoid scores plus a learned e_score_correction_bias. With
+    vLLM's dummy weights (every parameter uniform in +-1e-3) the bias alone ranks the experts, the scores' spread
+    across tokens being ~100x smaller, so every token goes to the same top_k experts: vLLM's own grouped_topk on
+    such weights reads 22.0-25.7 of Super's 512 at c=1-64, where uniform routing reads up to 481
+    (`benchmarks/dummy_routing.py`). MoE kernels served so run a degenerate batch: its speed does not carry over to
+    real weights."""
+    pattern = str(config.get("hybrid_override_pattern") or "")
+    return "E" in pattern and bool(config.get("n_routed_experts"))
+
+
 def layers_of(pattern: str, kind: str) -> list[int]:
     """The indices of `hybrid_override_pattern`'s layers of one kind (M, E, * or -)."""
     return [i for i, c in enumerate(pattern) if c == kind]

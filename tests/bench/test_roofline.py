@@ -264,6 +264,52 @@ def test_nemotron_super_hybrid_step_bytes_by_hand() -> None:
     assert many.weights - got.weights == pytest.approx(40 * 2 * 2_752_512 * 0.5625 * (distinct - 22))
 
 
+def test_a_biased_router_on_dummy_weights_reads_the_same_experts_at_every_level() -> None:
+    """vLLM's dummy weights route every token of NemotronH to the experts its correction bias ranks first
+    (benchmarks/dummy_routing.py with vLLM's grouped_topk: Super 22.0-25.7 of 512 at c=1-64). Served so, the
+    weights read per step stay those of c=1 while each sequence brings its state and KV: Super's sweep on the H200
+    (2026-12-03) read 9.6 ms a token at c=16 where uniform routing needs 9.9 ms of datasheet bandwidth."""
+    from launcher.model import quant, shapes
+
+    config = shapes.resolve("nemotron-3-super-120b-a12b", "nvfp4").config
+    t = roofline.model_traffic(config)
+    q = quant.read(config)
+    one = roofline.step_bytes(t, 1, 320, q, "fp8", dummy_weights=True)
+    many = roofline.step_bytes(t, 64, 320, q, "fp8", dummy_weights=True)
+    assert one.total == pytest.approx(12_981_895_168, rel=1e-12)  # c=1: 22 experts either way (the test above)
+    assert many.distinct_experts == 22 and many.weights == one.weights
+    assert many.mamba == 64 * 340_459_520 and many.kv == 64 * 1_310_720
+    real = roofline.step_bytes(t, 64, 320, q, "fp8")
+    assert real.distinct_experts == pytest.approx(512 * (1 - (1 - 22 / 512) ** 64))
+    # a softmax router without a bias (Qwen3) routes dummy weights uniformly: no change
+    qwen = roofline.model_traffic(KNOWN["qwen3-30b-a3b"].config)
+    assert roofline.step_bytes(qwen, 64, 320, dummy_weights=True) == roofline.step_bytes(qwen, 64, 320)
+
+
+def test_the_h200_super_sweep_under_dummy_routing_stays_under_its_limit() -> None:
+    """The 2026-12-03 sweep's levels (measured TPOT, the server's argv with --load-format dummy): uniform routing
+    put c=16 and c=32 above 100% of the bandwidth limit, which no run can be; the experts the dummy router reads
+    keep every level under it."""
+    from launcher.model import shapes
+
+    config = shapes.resolve("nemotron-3-super-120b-a12b", "nvfp4").config
+    tpot = {1: 6.9, 16: 9.6, 32: 13.5, 64: 21.3}
+    summary = {
+        "workload": {"input_len": 256, "output_len": 128},
+        "provenance": {"gpu": [{"name": "NVIDIA H200"}], "launched_by_nemolaunch": {"argv": [
+            "vllm", "--kv-cache-dtype", "fp8", "--load-format", "dummy"]}},
+        "levels": [{"concurrency": c, "tpot_ms": {"mean": ms}} for c, ms in tpot.items()],
+    }  # fmt: skip
+    got = roofline.annotate(summary, config)
+    assert got.applies and "the same 22 per layer at every level" in got.reason
+    shares = {lv.concurrency: lv.percent_of_limit_decode for lv in got.levels}
+    assert all(share is not None and share < 100 for share in shares.values()), shares
+    argv = summary["provenance"]["launched_by_nemolaunch"]["argv"]  # type: ignore[index]
+    argv[-2:] = []  # the same levels with real weights: uniform routing
+    uniform = roofline.annotate(summary, config)
+    assert {lv.concurrency: round(lv.percent_of_limit_decode or 0) for lv in uniform.levels}[32] > 100
+
+
 def test_nemotron_nano_weights_follow_its_hf_quant_config() -> None:
     """Nano's release excludes lm_head, the 6 attention layers and the Mamba layer before each: those stay BF16
     (the router too, as vLLM keeps it); every other matrix read at c=1 is NVFP4, 0.5625 B a parameter."""
