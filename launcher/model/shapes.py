@@ -28,6 +28,7 @@ from launcher.model import quant as quantmod
 from launcher.model.known import KNOWN as KNOWN  # re-exported: the CLI lists them from here
 from launcher.model.known import KnownShape as KnownShape  # re-exported: the views import it from here
 from launcher.model.known import Release
+from launcher.model.nemotron import biased_router
 from launcher.output import atomic_write_text
 
 MARKER = "nemolaunch-shape.json"
@@ -192,7 +193,8 @@ def write(spec: ShapeSpec, out_dir: Path, python: Path) -> dict[str, Any]:
                 "note": "config.json keeps the real vocab_size (the lm_head's cost is real); the tokenizer is the "
                 "project's tiny BPE padded with filler words to vocab_size ids, so every sampled id decodes",
             },
-            "weights": "none: vLLM fills random values (--load-format dummy); throughput is real, outputs are not",
+            "weights": "none: vLLM fills random values (--load-format dummy); throughput is real, outputs are not"
+            + (f"; {DUMMY_ROUTING}" if biased_router(config) else ""),
         }
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
         for file_name, doc in spec.files.items():
@@ -202,6 +204,13 @@ def write(spec: ShapeSpec, out_dir: Path, python: Path) -> dict[str, Any]:
     return {"path": str(out_dir), **marker}
 
 
+DUMMY_ROUTING = (
+    "MoE routing is not real either: the router's correction bias sends every token to the same top_k experts, so "
+    "MoE kernels run a degenerate batch (throughput above one sequence is not the real model's, and an MoE backend "
+    "comparison does not carry over to real weights)"
+)
+
+
 def _readme(spec: ShapeSpec, out_dir: Path) -> str:
     flags = " ".join(spec.serve_args)
     return (
@@ -209,7 +218,7 @@ def _readme(spec: ShapeSpec, out_dir: Path) -> str:
         f"config.json follows {spec.source}"
         + (f", with {json.dumps(spec.overrides)}" if spec.overrides else "")
         + ".\nThere are no weights: vLLM fills random ones, so throughput and latency are the model's and the"
-        " text is noise.\n\n"
+        " text is noise" + (f". {DUMMY_ROUTING}" if biased_router(spec.config) else "") + ".\n\n"
         "Serve it with these flags (nemolaunch serve and bench --profile add them for this folder):\n\n"
         f"    vllm serve {out_dir} {flags}\n"
     )

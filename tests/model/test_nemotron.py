@@ -162,6 +162,14 @@ def test_write_a_super_folder_through_the_cli(engine_python: Path, tmp_path: Pat
     on_disk = json.loads((out / "hf_quant_config.json").read_text())
     assert len(on_disk["quantization"]["quantized_layers"]) == 41100
     assert "(mixed nvfp4+fp8)" in (out / "README.md").read_text()
+    # vLLM's dummy weights route every token of a NemotronH MoE to the same experts: the folder says so
+    assert marker["weights"].endswith(shapes.DUMMY_ROUTING) and shapes.DUMMY_ROUTING in (out / "README.md").read_text()
+
+
+def test_only_a_router_with_a_correction_bias_routes_dummy_weights_to_fixed_experts() -> None:
+    assert nemotron.biased_router(nemotron.SUPER_CONFIG) and nemotron.biased_router(nemotron.NANO_CONFIG)
+    assert not nemotron.biased_router(shapes.KNOWN["qwen3-30b-a3b"].config)  # softmax, no bias: uniform
+    assert not nemotron.biased_router({**nemotron.NANO_CONFIG, "hybrid_override_pattern": "M-M*"})  # no MoE
 
 
 # Runs under the engine's interpreter: vLLM's own config classes read each folder (no weights, no model built).
