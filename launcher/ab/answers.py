@@ -67,14 +67,22 @@ def agreement(base: list[list[int]], other: list[list[int]]) -> AgreementDoc:
 Answers = tuple[list[list[int]] | None, str | None]  # a side's greedy tokens, or why it has none
 
 
-def compare_answers(base_argv: list[str], asked: bool, base: Answers, others: dict[str, Answers]) -> AnswersDoc:
-    """Each side's answers against the baseline's, or why they are not compared."""
+def compare_answers(
+    base_argv: list[str], asked: bool, base: Answers, others: dict[str, Answers], fixed_routing: bool = False
+) -> AnswersDoc:
+    """Each side's answers against the baseline's, or why they are not compared. `fixed_routing`: the model's MoE
+    router sends every token to the same experts on dummy weights (launcher.model.nemotron.biased_router)."""
     doc: AnswersDoc = {"applies": False, "note": None, "prompts": list(ANSWER_PROMPTS), "max_tokens": ANSWER_TOKENS,
                        "sides": {}}  # fmt: skip
     if dummy_weights(base_argv):
         doc["note"] = (
             "the model is served with --load-format dummy (random weights): greedy answers carry no meaning, so "
             "they are not compared"
+        ) + (
+            "; and its MoE router, on random weights, sends every token to the same experts (NemotronH's "
+            "correction bias ranks them), so MoE kernel differences measured here do not carry over to real weights"
+            if fixed_routing
+            else ""
         )
         return doc
     if not asked:

@@ -3,6 +3,7 @@ sides and what each showed, the warm-ups, the rounds' passes and block means, th
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from launcher.ab.document import (
 )
 from launcher.ab.passes import METRICS
 from launcher.ab.sides import Side, side_profile
+from launcher.model.nemotron import biased_router
 from launcher.output import write_json
 
 DECIDED = ("better", "worse", "equivalent")
@@ -37,6 +39,15 @@ class SideState:
     answers: list[list[int]] | None = None
     answers_error: str | None = None
     startups_s: list[float] = field(default_factory=list)
+
+
+def _biased_router(model: str) -> bool:
+    """The model folder's router picks experts on a correction bias (launcher.model.nemotron.biased_router)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # a hub name, no folder: nothing to read
+        return False
+    return isinstance(config, dict) and biased_router(config)
 
 
 class AbRun:
@@ -58,6 +69,7 @@ class AbRun:
         self.warmups: list[WarmupDoc] = []
         self.planned_rounds: int | None = None
         self.windows: dict[int, float] = {}  # level -> the seconds each pass holds the load (sized at warm-up)
+        self.fixed_routing = _biased_router(cfg.model)  # on dummy weights every token goes to the same experts
         self.paces: dict[tuple[str, int], tuple[float, float]] = {}  # (side, level) -> requests/s, request latency
         self.stopped_by: str | None = None
         self.status: RunStatus = "running"
@@ -172,7 +184,7 @@ class AbRun:
         base = self.states[self.base]
         got = {n: (st.answers, st.answers_error) for n, st in self.states.items() if n != self.base}
         argv = list((base.served or {}).get("argv") or [])
-        return compare_answers(argv, self.cfg.same_answers, (base.answers, base.answers_error), got)
+        return compare_answers(argv, self.cfg.same_answers, (base.answers, base.answers_error), got, self.fixed_routing)
 
     def doc(self) -> AbDocument:
         noise, source = self.noise()

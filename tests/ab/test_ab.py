@@ -400,6 +400,22 @@ def test_a_rounds_length_is_its_passes_windows_and_drains() -> None:
     assert round_estimate(run) == pytest.approx(4 * 25.5 + 4 * 36.2)  # type: ignore[arg-type]
 
 
+def test_an_ab_on_a_dummy_nemotron_says_its_moe_routing_is_fixed(tmp_path: Path) -> None:
+    from launcher.model import nemotron
+
+    folder = tmp_path / "nano"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(nemotron.NANO_CONFIG))
+    pair = (Side("A", "cpu"), Side("B", "cpu", {"max_num_seqs": 8}))
+    notes = []
+    for model in (str(folder), "m"):  # the Nano shape; a name with no folder to read
+        run = AbRun(AbConfig(model, pair, Workload((2,), 8, 8, 8), **FAST), tmp_path / "o", "restart", "asked")
+        run.states["A"].served = {"argv": ["vllm", "--load-format", "dummy"]}
+        notes.append(run.answers()["note"] or "")
+    assert notes[0].startswith("the model is served with --load-format dummy")
+    assert "sends every token to the same experts" in notes[0] and "same experts" not in notes[1]
+
+
 class _StartOrder:
     """Stands in for a server's owner thread: records when it was started and when it served."""
 
