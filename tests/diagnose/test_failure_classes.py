@@ -3,7 +3,9 @@ fixture): any undefined symbol of a Python extension, a container runtime withou
 shared memory), ranks whose GPU torch.distributed does not know or shares, one allocation too large for any GPU, and
 operator-facing classes whose common wording no rule had: transformers' missing chat template, the driver's own
 libraries, a path the process may not use, pip's unresolvable requirements, shared memory of data loaders, a rank
-killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take."""
+killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take,
+a CPU without the binary's instructions, a CUDA toolkit other than torch's, no release for this Python, model files
+found neither in a folder nor on the Hub."""
 
 from __future__ import annotations
 
@@ -211,6 +213,52 @@ CASES = [
         "unexpected-keyword-argument",
         "error",
         "install the release the calling code was written for",
+    ),
+    (
+        "intel/ipex-llm#12922",
+        "start-vllm-service.sh: line 18:  1669 Illegal instruction     (core dumped) python -m "
+        "ipex_llm.vllm.cpu.entrypoints.openai.api_server --served-model-name $served_model_name --port 8001",
+        "cpu-illegal-instruction",
+        "error",
+        "/proc/cpuinfo",
+    ),
+    (
+        "icip-cas/AutoAlign#25",
+        "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile PyTorch "
+        "(12.4). Please make sure to use the same CUDA versions.",
+        "cuda-toolkit-torch-mismatch",
+        "error",
+        "the toolkit found is CUDA 11.8",
+    ),
+    (
+        "vllm-project/vllm#42358",
+        "ERROR: No matching distribution found for vllm==0.20.2+rocm721",
+        "pip-no-matching-distribution",
+        "error",
+        "change the pin of vllm==0.20.2+rocm721",
+    ),
+    (
+        "JIA-Lab-research/Seg-Zero#12",
+        'ERROR: Could not find a version that satisfies the requirement xgrammar==0.1.11; platform_machine == "x86_64" '
+        "(from vllm) (from versions: 0.1.14, 0.1.15, 0.1.16, 0.1.17)",
+        "pip-no-matching-distribution",
+        "error",
+        "xgrammar==0.1.11",
+    ),
+    (
+        "openvla/openvla#82",
+        "OSError: Can't load tokenizer for 'meta-llama/Llama-2-7b-hf'. If you were trying to load it from "
+        "'https://huggingface.co/models', make sure you don't have a local directory with the same name.",
+        "hub-files-not-loadable",
+        "error",
+        "HF_TOKEN",
+    ),
+    (
+        "vllm-project/vllm-ascend#9999",
+        "0SError: Can't load the configuration of '/data/0wen/0wen3-0.6B'",
+        "hub-files-not-loadable",
+        "error",
+        "if '/data/0wen/0wen3-0.6B' is a path",
     ),
 ]
 
