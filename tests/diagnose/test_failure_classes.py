@@ -5,7 +5,7 @@ operator-facing classes whose common wording no rule had: transformers' missing 
 libraries, a path the process may not use, pip's unresolvable requirements, shared memory of data loaders, a rank
 killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take,
 a CPU without the binary's instructions, a CUDA toolkit other than torch's, no release for this Python, model files
-found neither in a folder nor on the Hub."""
+found neither in a folder nor on the Hub, a process the shell reports Killed, a native crash."""
 
 from __future__ import annotations
 
@@ -259,6 +259,28 @@ CASES = [
         "hub-files-not-loadable",
         "error",
         "if '/data/0wen/0wen3-0.6B' is a path",
+    ),
+    (
+        "liunian-Jay/MU-GOT#17",
+        "INFO 11-20 10:45:57 gpu_executor.py:102] # GPU blocks: 12453, # CPU blocks: 2730\nKilled",
+        "host-oom-killed",
+        "error",
+        "host memory",
+    ),
+    (
+        "deepseek-ai/DeepSeek-VL2#90",
+        "Loading checkpoint shards:  75%|███████████████████████████████████████████████ ...... 3/4 "
+        "[00:08<00:02,  2.83s/it]Killed",
+        "host-oom-killed",
+        "error",
+        "host memory",
+    ),
+    (
+        "vllm-project/vllm#17770",
+        "(RayWorkerWrapper pid=2191173, ip=10.52.51.232) *** SIGSEGV received at time=1746566409 on cpu 131 ***",
+        "native-crash",
+        "error",
+        "PYTHONFAULTHANDLER=1",
     ),
 ]
 
