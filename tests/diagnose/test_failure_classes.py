@@ -5,7 +5,8 @@ operator-facing classes whose common wording no rule had: transformers' missing 
 libraries, a path the process may not use, pip's unresolvable requirements, shared memory of data loaders, a rank
 killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take,
 a CPU without the binary's instructions, a CUDA toolkit other than torch's, no release for this Python, model files
-found neither in a folder nor on the Hub, a process the shell reports Killed, a native crash."""
+found neither in a folder nor on the Hub, a process the shell reports Killed, a native crash, a
+C/C++ runtime older than a package needs, no C compiler for a source build, a Hub download that timed out."""
 
 from __future__ import annotations
 
@@ -282,6 +283,44 @@ CASES = [
         "error",
         "PYTHONFAULTHANDLER=1",
     ),
+    (
+        "kvcache-ai/ktransformers#439",
+        "ImportError: /home/ubuntu/anaconda3/envs/ktransformers-0.3/bin/../lib/libstdc++.so.6: version "
+        "`GLIBCXX_3.4.32' not found (required by /home/ubuntu/anaconda3/envs/ktransformers-0.3/lib/python3.11/"
+        "site-packages/KTransformersOps.cpython-311-x86_64-linux-gnu.so)",
+        "system-library-too-old",
+        "error",
+        "GLIBCXX_3.4.32 is missing",
+    ),
+    (
+        "ali-vilab/videocomposer#18",
+        "ImportError: /usr/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.32' not found",
+        "system-library-too-old",
+        "error",
+        "newer OS or base image",
+    ),
+    (
+        "sumerc/yappi#96",
+        "  unable to execute 'cc': No such file or directory",
+        "c-compiler-missing",
+        "error",
+        "build-essential",
+    ),
+    (
+        "Netflix/dispatch#5627",
+        "`error: [Errno 2] No such file or directory: 'gcc'",
+        "c-compiler-missing",
+        "error",
+        "--only-binary=:all:",
+    ),
+    (
+        "huggingface/huggingface_hub#1718",
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='cdn-lfs.huggingface.co', port=443): Read "
+        "timed out.",
+        "hub-download-timeout",
+        "error",
+        "cdn-lfs.huggingface.co did not answer in time",
+    ),
 ]
 
 
@@ -316,3 +355,13 @@ def test_a_more_specific_rule_comes_first(line: str, rule: str) -> None:
     assert findings[0]["id"] == rule
     catch_alls = {"extension-undefined-symbol", "single-allocation-too-large", "permission-denied"}
     assert not catch_alls & {str(f["id"]) for f in findings}
+
+
+def test_a_download_retry_warning_is_not_a_failed_download() -> None:
+    """huggingface_hub logs a timed-out request it then retries (unslothai/unsloth#3486, as posted)."""
+    line = (
+        "'(ReadTimeoutError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out. (read "
+        "timeout=10)\"), '(Request ID: 7d76f590-4653-46a3-8cec-2473bc91d595)')' thrown while requesting HEAD "
+        "https://huggingface.co/unsloth/Qwen2.5-7B-Instruct-bnb-4bit/resolve/main/model.safetensors.index.json\n"
+    )
+    assert "hub-download-timeout" not in {f["id"] for f in diagnose_text(line)}
