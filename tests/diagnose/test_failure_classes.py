@@ -6,7 +6,8 @@ libraries, a path the process may not use, pip's unresolvable requirements, shar
 killed by SIGKILL, a stuck NCCL watchdog, a model folder without config.json, an option the release does not take,
 a CPU without the binary's instructions, a CUDA toolkit other than torch's, no release for this Python, model files
 found neither in a folder nor on the Hub, a process the shell reports Killed, a native crash, a
-C/C++ runtime older than a package needs, no C compiler for a source build, a Hub download that timed out."""
+C/C++ runtime older than a package needs, no C compiler for a source build, a Hub download that timed out, NCCL's
+shared memory, lost peers and missing bootstrap interface."""
 
 from __future__ import annotations
 
@@ -320,6 +321,35 @@ CASES = [
         "hub-download-timeout",
         "error",
         "cdn-lfs.huggingface.co did not answer in time",
+    ),
+    (
+        "NVIDIA/nccl#525",
+        "[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+        "nccl-shared-memory",
+        "warning",  # a NCCL WARN line in a log that has not failed yet
+        "--shm-size",
+    ),
+    (
+        "NVIDIA/nccl#2076",
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, "
+        "remote process exited or there was a network error, NCCL version 2.21.5",
+        "nccl-remote-error",
+        "error",
+        "first error of the other ranks",
+    ),
+    (
+        "AMDResearch/hpcfund#58",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+        "nccl-remote-error",
+        "error",
+        "NCCL_SOCKET_IFNAME",
+    ),
+    (
+        "marin-community/marin#6940",
+        "Bootstrap : no socket interface found",
+        "nccl-no-network-interface",
+        "error",
+        "ip -br addr",
     ),
 ]
 
