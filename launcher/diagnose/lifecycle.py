@@ -38,6 +38,10 @@ STOP = (
 # vLLM starting, and vLLM serving: a log with the first and neither the second nor an error ended early.
 STARTED = (b"Initializing a V1 LLM engine", b"non-default args", b"vLLM API server version")
 SERVING = b"Application startup complete"
+# Python's report of an exception it could not raise (in a __del__, a callback, at exit): the program goes on, so
+# the traceback after it is no failure; nor an error that only says the interpreter is shutting down
+UNRAISABLE = b"Exception ignored in"
+SHUTTING_DOWN = ("Python is likely shutting down", "during interpreter shutdown", "sys.meta_path is None")
 
 
 class Stage(enum.StrEnum):

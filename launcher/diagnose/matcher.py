@@ -54,6 +54,12 @@ _EXCEPTION = re.compile(
 )
 
 
+def _line_before(text: bytes, pos: int) -> bytes:
+    """The line before the one `pos` is in."""
+    start = text.rfind(b"\n", 0, pos)
+    return text[text.rfind(b"\n", 0, max(start, 0)) + 1 : max(start, 0)]
+
+
 class Matcher:
     """Accumulates findings over text fed in order (blocks of a file, or live lines)."""
 
@@ -144,7 +150,12 @@ class Matcher:
             raw = text[line_start : min(line_end, line_start + MAX_LINE_TEXT)]
             if is_ordinary(raw):
                 continue
-            if self._loose is None and (_LOOSE_EXCEPTION.match(message(raw)) or level(raw) in FATAL_LEVELS):
+            said = message(raw)
+            if (
+                self._loose is None
+                and (_LOOSE_EXCEPTION.match(said) or level(raw) in FATAL_LEVELS)
+                and not any(w in said for w in life.SHUTTING_DOWN)
+            ):
                 self._loose = line_start
             if self._logged is None and level(raw) in ERROR_LEVELS:
                 self._logged = line_start
@@ -290,6 +301,8 @@ class Matcher:
                 left = lines_left - text.count(b"\n") - 1
                 self._awaiting = (self._stage_in(text) or stage, left) if left > 0 else None
         for pos, member in markers:
+            if member.kind == "traceback" and life.UNRAISABLE in _line_before(text, pos):
+                continue  # an exception Python ignored: its traceback is no failure
             if member.kind == "traceback" and trace.tracebacks < MAX_ROOTS:
                 trace.tracebacks += 1
                 after = text.find(b"\n", pos)

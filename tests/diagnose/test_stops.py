@@ -1,6 +1,7 @@
 """Never cry wolf: a stop nemolaunch or the operator asked for is a stop, not a crash, in `diagnose` and in serve's
 live follower. Real logs of the vLLM 0.32 CPU engine and of vLLM 0.26 on the H200, and (marked `engine`) the
-logs the real engine leaves when started through nemolaunch in this test."""
+logs the real engine leaves when started through nemolaunch in this test. Python's noise while it shuts down is no
+failure either."""
 
 from __future__ import annotations
 
@@ -173,3 +174,30 @@ def test_sigterm_while_streaming_diagnoses_as_a_stop(engine_python: Path, tiny_m
             proc.wait()
     assert proc.returncode == 130, err.read_text()
     assert diagnosed_errors(log, engine_python) == []
+
+
+def test_python_shutdown_noise_is_no_failure() -> None:
+    """run-llama/llama_index#13019 (fresh-2026-12-03d.jsonl, benign): a __del__ that runs while Python exits."""
+    log = (
+        "Exception ignored in: <function Vllm.__del__ at 0x7f1723e82d30>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/miniconda3/lib/python3.8/site-packages/llama_index/llms/vllm/base.py", line 217, in '
+        "__del__\n"
+        "ImportError: sys.meta_path is None, Python is likely shutting down\n"
+    )
+    assert diagnose_text(log) == []
+
+
+def test_a_failure_before_shutdown_noise_is_still_the_root() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/serve.py", line 3, in main\n'
+        "OSError: weights truncated at byte 912\n"
+        "Exception ignored in: <function Vllm.__del__ at 0x7f1723e82d30>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/base.py", line 217, in __del__\n'
+        "ImportError: sys.meta_path is None, Python is likely shutting down\n"
+    )
+    findings = diagnose_text(log)
+    assert [(f["id"], f["severity"]) for f in findings] == [("root-error", "error")]
+    assert "OSError: weights truncated" in str(findings[0]["evidence"])
