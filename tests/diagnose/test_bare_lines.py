@@ -1,0 +1,105 @@
+"""A bare error line with nothing around it (a thread quoting only the last line) still names its class: compiler
+and loader errors, a TensorRT engine from another version, the driver's kernel module against its libraries, a
+helper process of the server lost. Lines from the fourth fresh set (tests/fixtures/diagnose/fresh-2026-12-03d.jsonl,
+measured once before these rules were written) and the threads named; Python's shutdown noise is no failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.texts import diagnose_text
+
+CASES = [
+    # (thread the line is quoted from, line, rule, what the fix must name)
+    (
+        "opendatalab/MinerU#419",
+        "ImportError: libnccl.so.2: cannot open shared object file: No such file or directory",
+        "nvidia-library-missing",
+        "libnccl.so.2 for your CUDA and put its folder on LD_LIBRARY_PATH",
+    ),
+    (
+        "modelscope/ms-swift#8349",
+        '7 errors detected in the compilation of "/root/.cache/flashinfer/0.6.4/90a/generated/gdn_prefill_sm90/'
+        'gdn_prefill_kernel_bf16_g0b1a0i1.cu".',
+        "cuda-compile-failed",
+        "read the first 'error:' line above",
+    ),
+    (
+        "woct0rdho/triton-windows#66",
+        "`ptxas` failed with error code 4294967295 `ptxas` stderr:",
+        "ptxas-failed",
+        "TRITON_PTXAS_PATH",
+    ),
+    (
+        "NVIDIA/TensorRT-LLM#1664",
+        "E0530 02:04:50.281196 2894 model_lifecycle.cc:638] failed to load 'tensorrt_llm' version 1: Internal: "
+        "unexpected error when creating modelInstanceState: [TensorRT-LLM][ERROR] Assertion failed: Failed to "
+        "deserialize cuda engine (/tmp/tritonbuild/tensorrtllm/tensorrt_llm/cpp/tensorrt_llm/runtime/"
+        "tllmRuntime.cpp:72)",
+        "tensorrt-engine-incompatible",
+        "rebuild the engine",
+    ),
+    (
+        "Oneflow-Inc/oneflow#3106",
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "nvml-driver-library-mismatch",
+        "reboot the host",
+    ),
+    (
+        "HonuRobotics/dockwater#10",
+        "stderr: nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+        "nvidia-driver-not-loaded",
+        "sudo modprobe nvidia",
+    ),
+    (
+        "NVIDIA/k8s-device-plugin#165",
+        "0/3 nodes are available: 3 insufficient nvidia.com/gpu.",
+        "k8s-no-gpu-advertised",
+        "device plugin",
+    ),
+    (
+        "FlashML-org/FreeToken#269",
+        "backend worker freetoken-detokenizer-0 exited during load",
+        "worker-process-lost",
+        "read the helper process's own error above",
+    ),
+    (
+        "sgl-project/sglang#22511",
+        "health check failed. server could not get a response from detokenizer for last 20 seconds",
+        "worker-process-lost",
+        "read the detokenizer process's own error above",
+    ),
+    (
+        "NVIDIA/nccl#983",
+        "call ncclCommInitRank got Signal: Bus error (7)",
+        "bus-error-shm",
+        "--shm-size",
+    ),
+]
+
+
+@pytest.mark.parametrize(("thread", "line", "rule", "fix"), CASES, ids=[c[0] for c in CASES])
+def test_a_bare_line_names_its_class(thread: str, line: str, rule: str, fix: str) -> None:
+    findings = {f["id"]: f for f in diagnose_text(line + "\n")}
+    assert findings[rule]["severity"] == "error"
+    assert fix in str(findings[rule]["fix"])
+    assert "root-error" not in findings
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # NVIDIA/nccl#162 (fresh-2026-12-03b.jsonl, benign): NCCL looks for its optional network plugin
+        "Unable to load libnccl-net.so : libnccl-net.so: cannot open shared object file: No such file or directory",
+        "VM-0-14-tencentos:162637:162637 [6] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared "
+        "object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+    ],
+)
+def test_an_optional_nccl_plugin_is_not_a_missing_library(line: str) -> None:
+    assert not [f for f in diagnose_text(line + "\n") if f["severity"] == "error"]
+
+
+def test_a_library_with_its_own_rule_gets_only_that_rule() -> None:
+    """vllm-project/vllm#3387 (the source of cuda-runtime-library-missing): CUDA's runtime keeps its own rule."""
+    line = "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n"
+    assert [f["id"] for f in diagnose_text(line)] == ["cuda-runtime-library-missing"]
