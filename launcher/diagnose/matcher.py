@@ -30,7 +30,7 @@ from launcher.diagnose.logtext import (
     message,
     shows_failure,
 )
-from launcher.diagnose.members import Member, members
+from launcher.diagnose.members import Member, caseless, caseless_matches, members
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -73,6 +73,7 @@ class Matcher:
         self._open_line = False  # the text fed so far ends inside a line
         self._by_word = members(rules)
         self._words = frozenset(self._by_word)
+        self._caseless = caseless(self._by_word)
         self._sites = SiteRules(rules, index)
         self._awaiting: tuple[str | None, int] | None = None  # a traceback whose exception is still to come
         self._index_lines = 0
@@ -150,6 +151,12 @@ class Matcher:
             raw = text[line_start : min(line_end, line_start + MAX_LINE_TEXT)]
             if is_ordinary(raw):
                 continue
+            if raw.islower():  # written in lower case: the rules' words in any case
+                for rule, m in caseless_matches(raw, self._caseless):
+                    _, lines, groups = hits.setdefault(rule.id, (rule, set(), {}))
+                    lines.add(line_start)
+                    by_line[line_start] = rule.id
+                    groups.update({k: v.decode(errors="replace") for k, v in m.groupdict().items() if v})
             said = message(raw)
             if (
                 self._loose is None

@@ -4,10 +4,11 @@ fatal line, a stop, a start, a stage). A block's words select the members worth 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 from launcher.diagnose import lifecycle as life
-from launcher.diagnose.literals import WORD, anchor_words, rarest, required_literal
+from launcher.diagnose.literals import NON_WORD, WORD, anchor_words, rarest, required_literal
 from launcher.diagnose.rules import Rule
 
 
@@ -49,3 +50,26 @@ def members(rules: list[Rule]) -> dict[bytes, list[Member]]:
             Member(marker, None, stage=stage, kind=kind)
         )
     return by_word
+
+
+def caseless(by_word: dict[bytes, list[Member]]) -> dict[bytes, list[Member]]:
+    """The rules' members for a line written in lower case (a thread's title, a user retyping an error): anchored
+    on the lower-cased word, matched without case."""
+    lowered: dict[bytes, list[Member]] = {}
+    for word, found in by_word.items():
+        for member in found:
+            if member.pattern is not None and member.rule is not None:
+                pattern = re.compile(member.pattern.pattern, member.pattern.flags | re.IGNORECASE)
+                lowered.setdefault(word.lower(), []).append(
+                    replace(member, literal=member.literal.lower(), pattern=pattern)
+                )
+    return lowered
+
+
+def caseless_matches(line: bytes, lowered: dict[bytes, list[Member]]) -> Iterator[tuple[Rule, re.Match[bytes]]]:
+    """The rules whose patterns match a lower-case line when case is ignored."""
+    for word in lowered.keys() & set(line.translate(NON_WORD).split()):
+        for member in lowered[word]:
+            m = member.pattern.search(line) if member.literal in line and member.pattern is not None else None
+            if m and member.rule is not None:
+                yield member.rule, m

@@ -103,3 +103,25 @@ def test_a_library_with_its_own_rule_gets_only_that_rule() -> None:
     """vllm-project/vllm#3387 (the source of cuda-runtime-library-missing): CUDA's runtime keeps its own rule."""
     line = "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n"
     assert [f["id"] for f in diagnose_text(line)] == ["cuda-runtime-library-missing"]
+
+
+def test_a_line_written_in_lower_case_is_read_without_case() -> None:
+    """OpenBuddy/OpenBuddy#45 (fresh-2026-12-03d.jsonl): the thread's title lower-cased vLLM's message."""
+    line = (
+        "valueerror: bfloat16 is only supported on gpus with compute capability of at least 8.0. your tesla "
+        "v100-sxm2-32gb gpu has compute capability 7.0.\n"
+    )
+    (finding,) = diagnose_text(line)
+    assert (finding["id"], finding["severity"]) == ("bf16-unsupported-gpu", "error")
+    assert "--dtype half" in str(finding["fix"])
+
+
+def test_case_still_counts_on_a_line_that_has_capitals() -> None:
+    """Oneflow-Inc/oneflow#3106's line with its case changed: a pattern's case is ignored only on a line written
+    wholly in lower case (here the rule's 'Driver/library' against 'driver/library')."""
+    assert diagnose_text("failed to initialize nvml: driver/library version mismatch\n")[0]["id"] == (
+        "nvml-driver-library-mismatch"
+    )
+    assert "nvml-driver-library-mismatch" not in {
+        f["id"] for f in diagnose_text("Failed to initialize NVML: driver/library version mismatch\n")
+    }
