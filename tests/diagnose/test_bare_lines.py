@@ -125,3 +125,28 @@ def test_case_still_counts_on_a_line_that_has_capitals() -> None:
     assert "nvml-driver-library-mismatch" not in {
         f["id"] for f in diagnose_text("Failed to initialize NVML: driver/library version mismatch\n")
     }
+
+
+@pytest.mark.parametrize(
+    ("thread", "line", "what"),
+    [
+        ("ggml-org/llama.cpp#14692", "CUDA error: operation not supported", "(operation not supported)"),
+        ("ikawrakow/ik_llama.cpp#747", "ggml-cuda.cu:116: CUDA error", "(the error it names)"),
+        ("NVIDIA/libnvidia-container#107", "cuda error\uff0cinitialization error", "(initialization error)"),
+    ],
+)
+def test_any_cuda_error_report_is_an_error_naming_what_failed(thread: str, line: str, what: str) -> None:
+    (finding,) = diagnose_text(line + "\n")
+    assert (finding["id"], finding["severity"]) == ("cuda-error", "error")
+    assert f"CUDA_LAUNCH_BLOCKING=1 makes the failing call report itself {what}" in str(finding["fix"])
+
+
+def test_a_sentence_mentioning_a_cuda_error_is_no_report() -> None:
+    """kekzl/imp#1048 (fresh-2026-12-03d.jsonl, benign): a teardown that cleared a CUDA error it expected."""
+    assert diagnose_text("Engine teardown: cleared a leaked CUDA error (graph update constraint)\n") == []
+
+
+def test_a_known_cuda_error_keeps_its_own_rule() -> None:
+    """The catch-all gives way: 'CUDA error: out of memory' is the out-of-memory rule alone."""
+    line = "RuntimeError: CUDA error: out of memory\n"
+    assert "cuda-error" not in {f["id"] for f in diagnose_text(line)}
