@@ -4,6 +4,7 @@ environment variables and parameters they name. A finding's fix quotes them: sof
 
 from __future__ import annotations
 
+import difflib
 import re
 
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
@@ -77,3 +78,19 @@ def advice(said: str, guard: str | None, engine_args: frozenset[str]) -> tuple[l
     knobs = _FLAG.findall(said) + _ENV.findall(said)
     knobs += [f"--{w.replace('_', '-')}" if w in engine_args else w for w in fields]
     return clauses, list(dict.fromkeys(knobs))
+
+
+# the groups of a rule's pattern that capture an option someone passed (a keyword argument, a command-line flag)
+OPTION_GROUPS = ("arg", "argument", "arguments", "flag")
+
+
+def misspelt(groups: dict[str, str], engine_args: frozenset[str]) -> str | None:
+    """For an option the installed release refused that is a near spelling of one of its engine arguments
+    ("gpu_memory_utilisation"), the argument it most likely meant."""
+    for name in re.findall(r"[A-Za-z][\w-]+", " ".join(groups.get(g, "") for g in OPTION_GROUPS)):
+        name = name.replace("-", "_").lower()
+        if name in engine_args:
+            continue
+        for meant in difflib.get_close_matches(name, engine_args, n=1, cutoff=0.85):
+            return f"'{name}' is no engine argument; did you mean {meant} (--{meant.replace('_', '-')})?"
+    return None

@@ -47,6 +47,7 @@ class Finding:
     site: Site | None = None  # where the message was raised, when the message index knows it
     origin: str = CURATED
     said: str | None = None  # what the logged message itself advises, when the rule's fix does not say it
+    hint: str | None = None  # what the line means beside the rule's fix (the engine argument a misspelt one meant)
 
     def fix(self) -> str:
         fix = self.rule.fix_in(self.stage)
@@ -54,7 +55,7 @@ class Finding:
             fix = fix.replace("{" + name + "}", value)
         if self.said and self.said not in fix:
             fix += f"; the message says: {self.said}"
-        return fix
+        return f"{fix}; {self.hint}" if self.hint else fix
 
     @property
     def first_line(self) -> int:

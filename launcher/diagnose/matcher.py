@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from launcher.diagnose import lifecycle as life
-from launcher.diagnose.advice import message_advice
+from launcher.diagnose.advice import message_advice, misspelt
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD
 from launcher.diagnose.logtext import (
@@ -380,6 +380,8 @@ class Matcher:
         for f in found:
             if f.site is None:
                 f.site = self._sites.site_of(f.rule.id)
+            if self.index is not None:
+                f.hint = misspelt(f.groups, self.index.engine_args)
         return compose(found, self.trace)
 
     def root_cause(self) -> Finding | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.diagnose.templates import TemplateIndex
 from tests.diagnose.texts import diagnose_text
 
 CASES = [
@@ -150,3 +151,35 @@ def test_a_known_cuda_error_keeps_its_own_rule() -> None:
     """The catch-all gives way: 'CUDA error: out of memory' is the out-of-memory rule alone."""
     line = "RuntimeError: CUDA error: out of memory\n"
     assert "cuda-error" not in {f["id"] for f in diagnose_text(line)}
+
+
+def test_an_undefined_symbol_names_the_package_its_library_is_in() -> None:
+    """OpenBMB/BMTrain#111 (fresh-2026-12-03d.jsonl): the package is the folder under site-packages."""
+    line = "/site-packages/bmtrain/nccl/_C.cpython-38-x86_64-linux-gnu.so: undefined symbol: ncclBroadcast\n"
+    (finding,) = diagnose_text(line)
+    assert finding["id"] == "extension-undefined-symbol"
+    assert "upgrade bmtrain to a release that links it" in str(finding["fix"])
+    assert "rebuild _C.cpython-38-x86_64-linux-gnu.so in this environment" in str(finding["fix"])
+
+
+def test_a_misspelt_option_names_the_engine_argument_it_meant() -> None:
+    """huggingface/open-r1#309 (fresh-2026-12-03b.jsonl): the British spelling of gpu_memory_utilization. The
+    index holds the engine arguments of the installed vLLM (here three of vLLM's own)."""
+    index = TemplateIndex(
+        {
+            "packages": {},
+            "engine_args": ["gpu_memory_utilization", "max_model_len", "tensor_parallel_size"],
+            "templates": [],
+            "anchors": [],
+        }
+    )
+    line = "TypeError: VLLMModelConfig.__init__() got an unexpected keyword argument 'gpu_memory_utilisation'\n"
+    (finding,) = diagnose_text(line, index=index)
+    assert finding["id"] == "unexpected-keyword-argument"
+    assert str(finding["fix"]).endswith(
+        "; 'gpu_memory_utilisation' is no engine argument; did you mean gpu_memory_utilization "
+        "(--gpu-memory-utilization)?"
+    )
+    # an option removed from the release, far from every argument it has, gets no guess (vllm-project/vllm#9398)
+    other = "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'num_scheduler_steps'\n"
+    assert "did you mean" not in str(diagnose_text(other, index=index)[0]["fix"])
