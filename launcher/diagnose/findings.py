@@ -255,8 +255,14 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
         found = [f for f in found if not f.rule.generic]
     else:
         root = _root_finding(trace, stop if stop is not None else 1 << 62)
-        # a root line a specific finding already names (a refused request, a warning) needs no second word
-        named = {n for f in found if not f.rule.generic and f.severity != Severity.INFO for n, _ in f.evidence}
+        # a root line a specific finding already names (a refused request, a warning) needs no second word; nor
+        # does a line a catch-all names, when nothing shows a failure beyond it (the root is only a warning)
+        named = {
+            n
+            for f in found
+            if f.severity != Severity.INFO and not (f.rule.generic and root and root.severity == Severity.ERROR)
+            for n, _ in f.evidence
+        }
         if root and root.first_line not in named:
             found.append(root)
     if trace.stop:

@@ -104,6 +104,21 @@ def looks_benign(said: str, logged: str | None) -> bool:
     return logged in ("INFO", "DEBUG", "WARNING", "WARN") or _GOES_ON.search(said) is not None
 
 
+# a message that reports a failure in words, whoever printed it: a bare line quoted alone ("`ptxas` failed with error
+# code 1", "health check failed", "CUDA error")
+_SAYS_FAILED = re.compile(r"[Ee]rror\b|\bERROR\b|\b[Ff]ailed\b|\bFAILED\b|\b[Ff]atal\b|\bFATAL\b|\bnot supported\b")
+# ... unless it says the program handled it: a warning (Python's "UserWarning:", a table's "| warning |"), an error
+# caught, cleared or retried, the interpreter shutting down
+_HANDLED = re.compile(
+    r"[Ww]arning\b|\bWARN|\b(?:caught|cleared|retrying|will retry|recovered)\b|Python is likely shutting down"
+)
+
+
+def says_failed(said: str, logged: str | None) -> bool:
+    """The line reports a failure in words and does not read as one a working program prints."""
+    return _SAYS_FAILED.search(said) is not None and not looks_benign(said, logged) and not _HANDLED.search(said)
+
+
 def frames(text: bytes) -> list[tuple[str, str]]:
     """The frames of a traceback that run through the indexed packages, outermost first: (file, function)."""
     return [(f.decode(), fn.decode()) for f, fn in FRAME.findall(text)]

@@ -28,6 +28,7 @@ from launcher.diagnose.logtext import (
     level,
     looks_benign,
     message,
+    says_failed,
     shows_failure,
 )
 from launcher.diagnose.members import Member, caseless, caseless_matches, members
@@ -164,7 +165,7 @@ class Matcher:
                 and not any(w in said for w in life.SHUTTING_DOWN)
             ):
                 self._loose = line_start
-            if self._logged is None and level(raw) in ERROR_LEVELS:
+            if self._logged is None and (level(raw) in ERROR_LEVELS or says_failed(said, level(raw))):
                 self._logged = line_start
             if self.index is None:
                 continue

@@ -197,3 +197,31 @@ def test_any_wording_of_an_nccl_system_error_is_that_error(thread: str, line: st
     (finding,) = diagnose_text(line + "\n")
     assert (finding["id"], finding["severity"]) == ("nccl-system-error", "error")
     assert "--shm-size=16g" in str(finding["fix"]) and "CUDA_VISIBLE_DEVICES=0" in str(finding["fix"])
+
+
+def test_a_line_that_says_it_failed_is_a_warning_to_read_when_no_rule_knows_it() -> None:
+    """sgl-project/sglang-omni#2156 (fresh-2026-12-03b.jsonl): the one line the thread quotes."""
+    line = (
+        "Setup Custom allreduce failed with CUDASymmetricMemoryAllocator::rendezvous: detected allocations from "
+        "overlapping devices from different ranks\n"
+    )
+    (finding,) = diagnose_text(line)
+    assert (finding["id"], finding["severity"], finding["origin"]) == ("root-error", "warning", "fallback")
+    assert finding["evidence"] == [{"line": 1, "text": line.strip()}]
+
+
+@pytest.mark.parametrize(
+    ("thread", "line"),
+    [
+        # bmaltais/kohya_ss#1949 (fresh-2026-12-03c.jsonl, benign): an optional import, caught
+        ("bmaltais/kohya_ss#1949", "Error caught was: No module named 'triton'"),
+        # verl-project/verl#393 (fresh-2026-12-03c.jsonl, benign): a Python warning
+        (
+            "verl-project/verl#393",
+            "/data/zhihao_xu/miniconda3/envs/logicrl/lib/python3.10/site-packages/vllm/connections.py:8: "
+            "RuntimeWarning: Failed to read commit hash: No module named 'vllm._version'",
+        ),
+    ],
+)
+def test_a_failure_the_program_handled_is_no_finding(thread: str, line: str) -> None:
+    assert diagnose_text(line + "\n") == []
