@@ -1,7 +1,9 @@
 """A bare error line with nothing around it (a thread quoting only the last line) still names its class: compiler
 and loader errors, a TensorRT engine from another version, the driver's kernel module against its libraries, a
-helper process of the server lost. Lines from the fourth fresh set (tests/fixtures/diagnose/fresh-2026-12-03d.jsonl,
-measured once before these rules were written) and the threads named; Python's shutdown noise is no failure."""
+helper process of the server lost, a source build, the host's GPU or Python refused; a line written in lower case;
+a line that says it failed and that no rule knows. Lines from the fourth fresh set
+(tests/fixtures/diagnose/fresh-2026-12-03d.jsonl, measured once before these rules were written), from the other
+fresh sets where named, and from the public threads named."""
 
 from __future__ import annotations
 
@@ -75,6 +77,50 @@ CASES = [
         "call ncclCommInitRank got Signal: Bus error (7)",
         "bus-error-shm",
         "--shm-size",
+    ),
+    (
+        "NVIDIA/nvidia-docker#1730",
+        "Failed to initialize NVML: Unknown Error",
+        "container-lost-gpu-access",
+        "restart the container",
+    ),
+    (
+        "JosephKJ/OWOD#81",
+        "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system to recover this "
+        "GPU",
+        "gpu-hardware-ecc",
+        "reboot",
+    ),
+    (
+        "ceccocats/tkDNN#134",
+        "/usr/local/cuda/include/crt/host_config.h:138:2: error: #error -- unsupported GNU version! gcc versions "
+        "later than 8 are not supported!",
+        "nvcc-host-compiler-unsupported",
+        "CC=gcc-8 CXX=g++-8",
+    ),
+    (
+        "Dao-AILab/flash-attention#1593",
+        "ERROR: Failed building wheel for flash-attn",
+        "source-build-failed",
+        "pip install flash-attn --only-binary :all:",
+    ),
+    (
+        "Dao-AILab/flash-attention#1921",
+        "subprocess.CalledProcessError: Command '['ninja', '-v', '-j', '64']' returned non-zero exit status 1.",
+        "source-build-failed",
+        "MAX_JOBS=4",
+    ),
+    (
+        "Dao-AILab/flash-attention#298",
+        "error: command '/opt/conda/bin/nvcc' failed with exit code 255",
+        "source-build-failed",
+        "install a prebuilt wheel instead",
+    ),
+    (
+        "vllm-project/vllm#21677",
+        "error: externally-managed-environment",
+        "pip-externally-managed",
+        "python3 -m venv",
     ),
 ]
 
