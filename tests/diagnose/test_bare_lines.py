@@ -117,6 +117,34 @@ CASES = [
         "install a prebuilt wheel instead",
     ),
     (
+        "NVIDIA/TensorRT-LLM#498",
+        "[TensorRT-LLM][ERROR] [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, "
+        "mCudaStream->get()): out of memory (/data/TensorRT-LLM/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)",
+        "cuda-error-out-of-memory",
+        "rebuild it with smaller ones",
+    ),
+    (
+        "NVIDIA-NeMo/Speech#14399",
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+        "via c10d key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms, keys: "
+        "/default_pg/0//cuda//0",
+        "rendezvous-timeout",
+        "read the first error of the ranks that did not join",
+    ),
+    (
+        "zai-org/ChatGLM-6B#1232",
+        "RuntimeError: [1] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value "
+        "store by key '0', but store->get('0') got error: Socket Timeout",
+        "rendezvous-timeout",
+        "MASTER_ADDR and MASTER_PORT",
+    ),
+    (
+        "ollama/ollama#8770",
+        "Error: llama runner process has terminated: exit status 2",
+        "worker-process-lost",
+        "read the runner process's own error above",
+    ),
+    (
         "vllm-project/vllm#21677",
         "error: externally-managed-environment",
         "pip-externally-managed",
