@@ -145,6 +145,32 @@ CASES = [
         "read the runner process's own error above",
     ),
     (
+        "NVIDIA/apex#1700",
+        "FileNotFoundError: [Errno 2] No such file or directory: ':/usr/local/cuda/bin/nvcc'",
+        "cuda-home-not-set",
+        "no ':' in it",
+    ),
+    (
+        "MVIG-SJTU/AlphaPose#765",
+        "unable to execute \"'/usr/local/cuda'/bin/nvcc\": No such file or directory",
+        "cuda-home-not-set",
+        "set CUDA_HOME",
+    ),
+    (
+        "huggingface/accelerate#2799",
+        "RuntimeError: Expected is_sm80 || is_sm90 to be true, but got false.",
+        "kernel-arch-check-failed",
+        "attn_implementation='sdpa'",
+    ),
+    (
+        "project-baize/baize-chatbot#31",
+        "OSError: Unable to load weights from pytorch checkpoint file for 'model_cache/models--decapoda-research--"
+        "llama-30b-hf/snapshots/f991780f9362b2fcaefad066cd235058844562b7/pytorch_model-00039-of-00061.bin'. If you "
+        "tried to load a PyTorch model from a TF 2.0 checkpoint, please set from_tf=True.",
+        "checkpoint-unreadable",
+        "download it again",
+    ),
+    (
         "vllm-project/vllm#21677",
         "error: externally-managed-environment",
         "pip-externally-managed",
