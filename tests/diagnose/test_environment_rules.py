@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import assert_named, diagnose_text
 
 
 @pytest.mark.parametrize(
@@ -37,8 +37,7 @@ from tests.diagnose.texts import diagnose_text
     ids=["cpu-torch", "libgl", "dns", "tokenizer-json"],
 )
 def test_a_missing_piece_of_the_environment_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 def test_a_hub_retry_warning_in_a_log_that_goes_on_is_a_warning() -> None:
@@ -87,8 +86,7 @@ def test_a_cuda_library_keeps_its_own_rule() -> None:
     ids=["op-backend", "python-h", "hub-429"],
 )
 def test_a_build_or_download_the_environment_lacks_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 @pytest.mark.parametrize(
@@ -127,8 +125,7 @@ def test_a_build_or_download_the_environment_lacks_is_named(line: str, rule: str
     ids=["numpy2", "libcudnn", "rope-scaling", "module-attribute", "ops-namespace"],
 )
 def test_a_package_of_another_version_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 @pytest.mark.parametrize(
@@ -160,8 +157,7 @@ def test_a_package_of_another_version_is_named(line: str, rule: str, names: str)
     ids=["lfs-pointer", "zip-cut", "weights-only", "torch-2.6-required"],
 )
 def test_a_checkpoint_torch_cannot_read_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 @pytest.mark.parametrize(
@@ -193,5 +189,4 @@ def test_a_checkpoint_torch_cannot_read_is_named(line: str, rule: str, names: st
     ids=["cuda-home", "ninja", "jit-build", "two-devices"],
 )
 def test_a_build_or_placement_failure_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import assert_named, diagnose_text
 
 CASES = [
     # (thread the line is quoted from, line, rule, severity, what the fix must name)
@@ -356,8 +356,7 @@ CASES = [
 
 @pytest.mark.parametrize(("thread", "line", "rule", "severity", "names"), CASES, ids=[c[0] for c in CASES])
 def test_a_line_of_the_class_reaches_its_rule(thread: str, line: str, rule: str, severity: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line + "\n")}[rule]
-    assert finding["severity"] == severity and names in str(finding["fix"]), finding
+    assert_named(line + "\n", rule, names, severity)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import assert_named, diagnose_text
 from tests.helpers import FIXTURES
 
 FRESH_C = FIXTURES / "diagnose" / "fresh-2026-12-03c.jsonl"
@@ -74,8 +74,7 @@ def _excerpt(source: str) -> str:
     ],
 )
 def test_a_dev_line_reaches_its_general_rule(source: str, rule: str, severity: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(_excerpt(source))}[rule]
-    assert finding["severity"] == severity and names in str(finding["fix"]), finding
+    assert_named(_excerpt(source), rule, names, severity)
 
 
 def test_torchs_no_driver_warning_on_a_cpu_host_is_not_an_error() -> None:

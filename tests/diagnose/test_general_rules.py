@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import assert_named, diagnose_text
 
 
 @pytest.mark.parametrize(
@@ -37,8 +37,7 @@ from tests.diagnose.texts import diagnose_text
     ids=["nan-sampling", "shape-mismatch", "rendezvous", "cudnn"],
 )
 def test_a_general_failure_class_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 # Neroued/ninfer#187, a C++ server's start as posted
@@ -77,8 +76,7 @@ def test_a_line_logged_as_an_error_is_read_when_nothing_else_names_the_failure()
     ids=["kernel-image-invalid", "cpu-tensor"],
 )
 def test_a_triton_launch_failure_is_named(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line)}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line, rule, names)
 
 
 def test_sglangs_capture_failure_names_its_options() -> None:

@@ -11,7 +11,7 @@ import pytest
 from launcher.diagnose.findings import ROOT_CAUSE
 from launcher.diagnose.literals import required_literal
 from launcher.diagnose.rules import load_rules
-from tests.diagnose.texts import diagnose_text
+from tests.diagnose.texts import assert_named, diagnose_text
 from tests.helpers import FIXTURES, ROOT
 
 CORPUS = FIXTURES / "corpus" / "sm12x-serving-logs.jsonl"
@@ -168,8 +168,7 @@ def test_every_cuda_error_name_is_found_in_torchs_wording() -> None:
     ids=["enomem", "stream-capture"],
 )
 def test_os_and_cuda_error_codes_name_their_fix(line: str, rule: str, names: str) -> None:
-    finding = {f["id"]: f for f in diagnose_text(line + "\n")}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(line + "\n", rule, names)
 
 
 FRESH_B = {
@@ -191,5 +190,4 @@ FRESH_B = {
 )
 def test_the_second_fresh_sets_dev_lines_reach_their_rule(source: str, rule: str, names: str) -> None:
     """Development cases of fresh-2026-12-03b.jsonl (none of its hold-out quarter)."""
-    finding = {f["id"]: f for f in diagnose_text(FRESH_B[source])}[rule]
-    assert finding["severity"] == "error" and names in str(finding["fix"]), finding
+    assert_named(FRESH_B[source], rule, names)

@@ -29,3 +29,9 @@ def knowledge_base() -> list[Rule]:
 def diagnose_text(text: str, gpu: str | None = None, index: TemplateIndex | None = None) -> list[dict[str, object]]:
     findings, _ = diagnose_blocks([text.encode()], family_from_text(gpu) if gpu else None, knowledge_base(), index)
     return [f.to_json() for f in findings]
+
+
+def assert_named(text: str, rule: str, names: str, severity: str = "error") -> None:
+    """`rule` reads `text` at `severity`, and its fix names `names`."""
+    finding = {f["id"]: f for f in diagnose_text(text)}[rule]
+    assert finding["severity"] == severity and names in str(finding["fix"]), finding
