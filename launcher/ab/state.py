@@ -3,12 +3,12 @@ sides and what each showed, the warm-ups, the rounds' passes and block means, th
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checks.model_config import ConfigError, read_model_config
 from launcher.ab import calibration, stats
 from launcher.ab.answers import compare_answers
 from launcher.ab.config import AbConfig
@@ -43,11 +43,12 @@ class SideState:
 
 def _biased_router(model: str) -> bool:
     """The model folder's router picks experts on a correction bias (launcher.model.nemotron.biased_router)."""
-    try:
-        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # a hub name, no folder: nothing to read
+    if not Path(model).is_dir():  # a hub name: no folder to read
         return False
-    return isinstance(config, dict) and biased_router(config)
+    try:
+        return biased_router(read_model_config(Path(model)))
+    except ConfigError:
+        return False
 
 
 class AbRun:
