@@ -174,7 +174,11 @@ class AbRun:
         return out
 
     def decided(self) -> bool:
-        """Every judged side's headline verdict is decided (better, worse or equivalent)."""
+        """Every judged side's headline verdict is decided (better, worse or equivalent), and, with --calibrate,
+        the A/A asked for has measured the noise (3 rounds): a difference found in 2 rounds does not end the run
+        before the noise its verdict is to be judged against, and stored for this machine, exists."""
+        if self.calibration and self.noise()[1] != "A/A this run":
+            return False
         judged = self.verdicts()
         names = self.compared()
         return bool(names) and all(

@@ -174,6 +174,26 @@ def test_the_h200_ab_of_three_rounds_calls_eager_slower_and_the_aa_the_noise(tmp
         assert sentence(aa, "base-again").startswith("A/A (the baseline against itself): spread")
 
 
+def _round(i: int, fast: float, again: float) -> dict[str, Any]:
+    means = {"slow": 100.0, "fast": 100.0 * fast, "slow-again": 100.0 * again}
+    return {"index": i, "passes": [], "means": {n: {"8": {"output_tok_s": v}} for n, v in means.items()}}
+
+
+def test_a_calibrated_run_is_not_decided_before_its_aa_measured_the_noise(tmp_path: Path) -> None:
+    """CI of 2026-12-03: max_num_seqs=1 against 64 (~3x) was decided after round 2, so the A/A asked for stopped
+    at 2 rounds and measured no noise. Two rounds decide it without an A/A; with one, not before its third."""
+    pair = (Side("slow", "cpu"), Side("fast", "cpu"))
+    rounds = [_round(1, 3.00, 1.01), _round(2, 3.05, 0.99), _round(3, 3.02, 1.00)]
+    plain = AbRun(AbConfig("m", pair, Workload((8,)), rounds=6), tmp_path, "co-resident", "test")
+    plain.planned_rounds, plain.rounds = 6, rounds[:2]
+    assert plain.decided()
+    calibrated = AbRun(AbConfig("m", pair, Workload((8,)), rounds=6, calibrate=True), tmp_path, "co-resident", "t")
+    calibrated.planned_rounds, calibrated.rounds = 6, rounds[:2]
+    assert calibrated.verdicts()["fast"]["8"]["output_tok_s"]["kind"] == "better" and not calibrated.decided()
+    calibrated.rounds = rounds
+    assert calibrated.noise()[1] == "A/A this run" and calibrated.decided()
+
+
 def test_a_given_noise_applies_to_every_level(tmp_path: Path) -> None:
     levels, source = calibration.parse_noise_option("0.015")
     cfg = AbConfig(model="m", sides=(Side("base", "cpu"), Side("b", "cpu")), workload=Workload(concurrency=(1, 64)),
