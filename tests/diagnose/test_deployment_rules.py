@@ -169,6 +169,70 @@ def test_a_components_own_message_reaches_its_class(line: str, rule: str, names:
     assert_named(line, rule, names, severity)
 
 
+# lines as public repositories' notes and troubleshooting pages quote them from their own logs (no seen thread shows
+# these classes); each names the component whose message it is
+PUBLIC_LINES = {
+    # kubelet's event, as kubectl describe pod printed it
+    "probe-restart": (
+        "  Normal   Killing    35s                kubelet  Container app failed liveness probe, will be restarted\n"
+    ),
+    # containerd's CDI injection, as docker printed it
+    "cdi": (
+        " task: OCI runtime create failed: could not apply required modification to OCI specification: error "
+        "modifying OCI spec: failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all\n"
+    ),
+    # Ray's check_version_info, at ray start --address on a worker node
+    "ray-version": (
+        "RuntimeError: Version mismatch: The cluster was started with:\n    Ray: 2.54.0\n    Python: 3.10.21\n"
+        "This process on node 10.202.182.66 was started with:\n    Ray: 2.54.0\n    Python: 3.10.19\n"
+    ),
+    # NCCL's socket transport (misc/socket.cc)
+    "nccl-connect": (
+        "misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.17.0.1<39275> failed : Software caused "
+        "connection abort\n"
+    ),
+    # torch's TCPStore client at a rank that cannot reach MASTER_ADDR
+    "rendezvous-connect": (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect "
+        "to (172.17.0.9, 46229).\n"
+    ),
+    # NVRTC inside a torch JIT kernel on a GPU newer than the bundled NVRTC (sm_103 with NVRTC 12.8)
+    "nvrtc-arch": "RuntimeError: nvrtc: error: invalid value for --gpu-architecture (-arch)\n",
+    # nvcc below 12.8 building a torch extension for sm_120
+    "nvcc-arch": "nvcc fatal   : Unsupported gpu architecture 'compute_120'\n",
+    # docker's pull refusal
+    "pull-denied": (
+        "docker: Error response from daemon: pull access denied for mysql-container, repository does not exist or "
+        "may require 'docker login': denied: requested access to the resource is denied.\n"
+    ),
+    # nvidia-smi's own message on a host whose kernel module is not loaded
+    "smi-no-driver": (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "rule", "names"),
+    [
+        ("probe-restart", "k8s-probe-restart", "startupProbe"),
+        ("cdi", "container-gpu-runtime-missing", "nvidia-ctk cdi generate"),
+        ("ray-version", "ray-version-mismatch", "same Ray and Python"),
+        ("nccl-connect", "nccl-socket-connect-failed", "NCCL_SOCKET_IFNAME"),
+        ("rendezvous-connect", "rendezvous-timeout", "MASTER_ADDR"),
+        ("nvrtc-arch", "cuda-compiler-too-old-for-gpu", "nvidia-cuda-nvrtc"),
+        ("nvcc-arch", "cuda-compiler-too-old-for-gpu", "knows compute_120"),
+        ("pull-denied", "container-image-pull-denied", "imagePullSecrets"),
+        ("smi-no-driver", "nvidia-driver-not-loaded", "modprobe nvidia"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v in PUBLIC_LINES else None,
+)
+def test_a_publicly_quoted_line_reaches_its_class(key: str, rule: str, names: str) -> None:
+    # NCCL's WARN alone, in a log that does not go on to fail, is a warning (findings.compose)
+    assert_named(PUBLIC_LINES[key], rule, names, "warning" if key == "nccl-connect" else "error")
+
+
 def test_an_xid_with_its_own_rule_is_not_also_the_catch_all() -> None:
     ids = {f["id"] for f in diagnose_text(_excerpt("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/507"))}
     ids |= {f["id"] for f in diagnose_text("NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus.\n")}
