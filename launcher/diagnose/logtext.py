@@ -13,6 +13,8 @@ from launcher.errors import BadInput
 BLOCK_BYTES = 8 << 20
 MAX_LINE_TEXT = 1024  # bytes of a line decoded for evidence or a root error (it is shown cut to 400 characters)
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# a link a thread's markdown made of a path in a pasted log: "[/x/lib.so](https://...)" reads "/x/lib.so"
+_MD_LINK = re.compile(rb"\[([^\]\n]{1,500})\]\(https?://[^)\s]*\)")
 
 # Which container or process wrote a line: dropped from evidence, which keeps the level and the source file.
 _WRITER = re.compile(
@@ -23,18 +25,24 @@ _LEVELS = r"(?:ERROR|WARNING|WARN|INFO|CRITICAL|DEBUG|FATAL)"
 # Everything before the message, in any order and repeated: container name, CRI/k8s stream prefix, timestamps,
 # SGLang's "[2025-01-01 12:00:00 TP0]", vLLM's and Ray's "(EngineCore pid=1)" / "(RayWorkerWrapper pid=1,
 # ip=10.0.0.1)", "[rank0]:", torch's "[W1203 10:35:44.6 utils.cpp:68]", NCCL's "host:pid:tid [0]", vLLM's
-# "ERROR 10-25 13:08:43 [core.py:708]", uvicorn's "INFO:     ", Python logging's "- name - ERROR - ".
+# "ERROR 10-25 13:08:43 [core.py:708]" (before 0.6 without the bracket: "ERROR 06-28 06:11:45 worker_base.py:145]"),
+# glog's "E0505 18:42:19.812688 1311 pod_workers.go:949]" (kubelet, Triton), syslog's "May 05 18:42:19 host
+# kubelet[1311]:", uvicorn's "INFO:     ", Python logging's "- name - ERROR - ", a thread's quote mark "> ".
 _PREFIX = re.compile(
     r"^(?:\s*(?:"
     r"[\w.-]+\s+\|\s"
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:stdout|stderr)\s+[FP]\s"
     r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?(?:\s+-)?\s"
     r"|\[\d{4}-\d\d-\d\d[ T][\d:.,]+[^\]]{0,40}\]\s?"
-    r"|\((?:[\w:.-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"
+    r"|\((?:[\w:.=-]+\s+){0,3}pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"
     r"|\[rank\d+\]:\s?"
     r"|\[[WEIF]\d{4} [\d:.]+ [\w./-]+:\d+\]\s?"
     r"|[\w.-]+:\d+:\d+\s+\[\d+\]\s"
     rf"|{_LEVELS}\s+(?:\d\d-\d\d\s[\d:.]+\s+)?\[[\w./-]+:\d+\]\s?"
+    rf"|{_LEVELS}\s+\d\d-\d\d\s[\d:.]+\s+[\w./-]+:\d+\]\s?"
+    r"|[IWEF]\d{4}\s[\d:.]+\s+\d+\s[\w./-]+:\d+\]\s?"
+    r"|[A-Z][a-z]{2}\s+\d\d?\s[\d:]{8}\s[\w.-]+\s[\w.-]+(?:\[\d+\])?:\s"
+    r"|>\s"
     rf"|{_LEVELS}:\s+"
     rf"|[\w.]+\s+-\s+{_LEVELS}\s+-\s"
     r"))+"
@@ -53,6 +61,15 @@ _QUOTES = str.maketrans({'"': "'", "`": "'", "\u2018": "'", "\u2019": "'", "\u20
 _SPACE = re.compile(r"\s+")
 
 
+def plain(text: bytes) -> bytes:
+    """A block without what a terminal or a thread added to its lines: ANSI colours, markdown links."""
+    if b"\x1b" in text:
+        text = ANSI.sub(b"", text)
+    if b"](http" in text:
+        text = _MD_LINK.sub(rb"\1", text)
+    return text
+
+
 def decode(raw: bytes) -> str:
     return raw[:MAX_LINE_TEXT].decode("utf-8", "replace")
 
@@ -65,6 +82,8 @@ def evidence(raw: bytes) -> str:
 def message(raw: bytes | str) -> str:
     """The message of a line, without anything its writers put before it."""
     text = decode(raw) if isinstance(raw, bytes) else raw
+    if "\r" in text:  # a progress bar redrawn in place: what the terminal showed last
+        text = next((part for part in reversed(text.split("\r")) if part.strip()), "")
     return _PREFIX.sub("", text).strip()
 
 

@@ -17,7 +17,6 @@ from launcher.diagnose.advice import message_advice, misspelt
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD
 from launcher.diagnose.logtext import (
-    ANSI,
     MAX_LINE_TEXT,
     LogEngine,
     continued,
@@ -28,6 +27,7 @@ from launcher.diagnose.logtext import (
     level,
     looks_benign,
     message,
+    plain,
     says_failed,
     shows_failure,
 )
@@ -192,8 +192,7 @@ class Matcher:
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded
         text); returns the findings that appeared for the first time."""
-        if b"\x1b" in text:
-            text = ANSI.sub(b"", text)
+        text = plain(text)
         first_line = self.lines_seen + 1 - (1 if self._open_line else 0)
         self._engine.read(text)
         new: list[Finding] = []
