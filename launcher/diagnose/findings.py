@@ -16,6 +16,7 @@ from launcher.diagnose.lifecycle import (
     COLLECT_AFTER_SILENT_DEATH,
     SILENT_DEATH,
     STAGE_FIX,
+    UMBRELLAS,
 )
 from launcher.diagnose.logtext import level
 from launcher.diagnose.rules import Rule, Severity
@@ -154,17 +155,15 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     loose = trace.loose if trace.loose and trace.loose[0] < before else None
     # (vLLM logs a traceback's lines at ERROR: only a log without one is read for such a line)
     logged = trace.logged if trace.logged and trace.logged[0] < before and not trace.tracebacks else None
-    if roots:
-        line, text, stage = roots[0]
-    elif fatal:
-        line, text, stage = fatal
-    elif loose:
-        line, text, stage = loose
-    elif logged:
-        # a line the software logged as an error, in a log that shows no failure of its own: a warning to read
-        line, text, stage = logged
-    else:
+    # a line the software logged as an error, in a log that shows no failure of its own, is a warning to read
+    candidates = [c for c in (roots[0] if roots else None, fatal, loose, logged) if c]
+    if not candidates:
         return None
+    line, text, stage = umbrella = candidates[0]
+    if any(u in text for u in UMBRELLAS):
+        # an umbrella ("Engine core initialization failed. See root cause above") defers to a specific error before it
+        earlier = [c for c in candidates if c[0] < line and not any(u in c[1] for u in UMBRELLAS)]
+        line, text, stage = min(earlier) if earlier else umbrella
     silent = any(w in text for w in SILENT_DEATH)
     exception = text.split(":", 1)[0].split("(", 1)[0].rsplit(".", 1)[-1]
     code_bug = exception in CODE_ERRORS or (exception == "TypeError" and ARGUMENT_ERROR.search(text) is not None)
@@ -175,8 +174,7 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks or loose else Severity.WARNING, count=1)
     finding.said = said
     finding.evidence = [(line, text[:400])]
-    if fatal and fatal[0] != line:
-        finding.evidence.append(fatal[:2])
+    finding.evidence += sorted({c[:2] for c in (fatal, umbrella) if c and c[0] != line})
     finding.stage, finding.origin = stage, FALLBACK
     if silent:
         next_step = COLLECT_AFTER_SILENT_DEATH

@@ -24,6 +24,17 @@ FATAL = (
 # Exceptions that only say something below them failed: the root error is the one before them, or the one
 # they quote.
 WRAPPERS = ("EngineDeadError", "Engine core initialization failed", "EngineCore failed to start", "WorkerProc hit")
+# Words of a line that only reports that something under it failed (an engine, a worker process, a Ray task, a
+# torchrun child, a subprocess): when a more specific error stands before it, that error is the root.
+UMBRELLAS = (
+    *WRAPPERS,
+    "See root cause above",
+    "Worker failed with error",
+    "RayTaskError",
+    "ChildFailedError",
+    "returned non-zero exit status",
+    "Error executing method",
+)
 # wrappers that quote the error they wrap: the quoted error is read as the root
 QUOTING = ("Worker failed with error",)
 # A stop someone asked for: the engine core was sent SIGTERM/SIGINT (by nemolaunch, the operator, Kubernetes),

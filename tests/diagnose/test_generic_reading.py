@@ -1,5 +1,6 @@
 """The generic reading of a failure no rule was written for: prefixes of other loggers and of a thread's quoting
-stripped. Excerpts are quoted from the fresh sets (tests/fixtures/diagnose), by their thread."""
+stripped, an umbrella line deferring to the specific error before it. Excerpts are quoted from the fresh sets
+(tests/fixtures/diagnose), by their thread."""
 
 from __future__ import annotations
 
@@ -66,3 +67,12 @@ def test_a_log_pasted_as_a_markdown_quote_reads_as_the_log() -> None:
     )
     fixes = [str(f["fix"]) for f in diagnose_text(log) if f["severity"] == "error"]
     assert any("flash_attn build" in fix for fix in fixes), fixes
+
+
+def test_an_umbrella_defers_to_the_specific_error_before_it() -> None:
+    # https://github.com/QwenLM/Qwen2.5-Omni/issues/340: a worker's AttributeError, then the engine's "Engine core
+    # initialization failed. See root cause above." traceback
+    found = {f["id"]: f for f in diagnose_text(excerpt("https://github.com/QwenLM/Qwen2.5-Omni/issues/340"))}
+    assert "root-error" not in found
+    bug = found["code-bug"]
+    assert "'tuple' object has no attribute 'ndim'" in str(bug["evidence"][0]), bug  # type: ignore[index]
