@@ -20,6 +20,11 @@ FATAL = (
     b"Segmentation fault",
     b"core dumped",
     b"what():",  # a C++ exception no one caught: "terminate called after throwing ... what(): <message>"
+    # a process killed by SIGKILL (the host's OOM killer, a pod's memory limit): mpirun's, torchrun's, docker's words
+    b"on signal 9",
+    b"Signal 9 (SIGKILL)",
+    b"Signals.SIGKILL",
+    b"exited with code 137",
 )
 # Exceptions that only say something below them failed: the root error is the one before them, or the one
 # they quote.
@@ -87,9 +92,10 @@ STAGE_FIX: dict[str | None, str] = {
     "keep the request that triggered it, and check nemolaunch probe for the kernels in use",
 }
 # A root line that only says the engine process is gone: it died without a Python error of its own.
-SILENT_DEATH = ("EngineDeadError", "exited unexpectedly", "died unexpectedly")
+SILENT_DEATH = ("EngineDeadError", "exited unexpectedly", "died unexpectedly", "ignal 9", "SIGKILL", "code 137")
 COLLECT_AFTER_SILENT_DEATH = (
-    "the engine core died without printing an error of its own, so the log cannot say why: collect "
+    "the engine core (or the process this log is of) died without printing an error of its own, so the log "
+    "cannot say why: collect "
     "dmesg | grep -i -e oom -e killed (the host's OOM killer), the pod's events (kubectl describe pod: OOMKilled), "
     "the exit code or signal, and check host memory; a native crash prints 'Segmentation fault' or a core dump"
 )

@@ -1,6 +1,6 @@
 """The generic reading of a failure no rule was written for: prefixes of other loggers and of a thread's quoting
-stripped, an umbrella line deferring to the specific error before it. Excerpts are quoted from the fresh sets
-(tests/fixtures/diagnose), by their thread."""
+stripped, an umbrella line deferring to the specific error before it, a process killed by SIGKILL read as a death
+the log cannot explain. Excerpts are quoted from the fresh sets (tests/fixtures/diagnose), by their thread."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import pytest
 
 from launcher.diagnose.logtext import message, plain
+from launcher.diagnose.run import diagnose_blocks
 from tests.diagnose.texts import diagnose_text
 from tests.helpers import FIXTURES
 
@@ -67,6 +68,14 @@ def test_a_log_pasted_as_a_markdown_quote_reads_as_the_log() -> None:
     )
     fixes = [str(f["fix"]) for f in diagnose_text(log) if f["severity"] == "error"]
     assert any("flash_attn build" in fix for fix in fixes), fixes
+
+
+def test_a_process_killed_by_sigkill_says_what_to_collect() -> None:
+    # https://github.com/NVIDIA/TensorRT-LLM/issues/1700: mpirun's only word on a rank the kernel killed; read
+    # without the curated rules (one names mpirun's words now), as a launcher no rule knows would print it
+    found, _ = diagnose_blocks([excerpt("https://github.com/NVIDIA/TensorRT-LLM/issues/1700").encode()], rules=[])
+    assert [(f.rule.id, str(f.severity)) for f in found] == [("not-enough-evidence", "error")]
+    assert "dmesg" in found[0].fix() and "signal 9" in found[0].evidence[0][1]
 
 
 def test_an_umbrella_defers_to_the_specific_error_before_it() -> None:
