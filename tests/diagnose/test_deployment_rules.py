@@ -46,6 +46,8 @@ def _excerpt(source: str) -> str:
         ("https://github.com/triton-inference-server/server/issues/3607", "triton-server-model-load-failed", "branch"),
         ("https://github.com/NVIDIA/nvidia-docker/issues/1330", "nvidia-driver-not-loaded", "modprobe nvidia"),
         ("https://github.com/OpenRLHF/OpenRLHF/pull/728", "ray-placement-group-too-small", "vllm_num_engines"),
+        ("https://github.com/vllm-project/vllm/issues/569", "tokenizer-load-failed", "--tokenizer"),
+        ("https://github.com/runpod-workers/worker-vllm/issues/99", "bitsandbytes-flags-incomplete", "--quantization"),
         # the fixes widened for a known class met in another way
         ("https://github.com/meta-pytorch/torchtune/issues/392", "port-in-use", "--rdzv_endpoint localhost:0"),
         ("https://github.com/ModalMinds/MM-EUREKA/issues/54", "ray-gcs-unreachable", "MASTER_ADDR"),
@@ -210,6 +212,33 @@ PUBLIC_LINES = {
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
         "NVIDIA driver is installed and running.\n"
     ),
+    # the NVIDIA kernel module in dmesg, a GPU the driver cannot bring up
+    "rm-init": "[    6.080914] NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x62:0xffff:1863)\n",
+    # the NVIDIA kernel module in dmesg after a driver upgrade without a reboot
+    "api-mismatch": (
+        "[2140090.470492] NVRM: API mismatch: the client has the version 470.129.06, but\n"
+        "                 NVRM: this kernel module has the version 470.103.01.  Please\n"
+    ),
+    # the NVIDIA device plugin's start-up on a node whose default runtime is not nvidia
+    "device-plugin-nvml": (
+        "2024/01/04 06:08:15 Failed to initialize NVML: could not load NVML library.\n"
+        "2024/01/04 06:08:15 If this is a GPU node, did you set the docker default runtime to `nvidia`?\n"
+    ),
+    # kubelet's admission of a pod pinned with nodeName, as kubectl get events printed it
+    "admission": (
+        "32s         Warning   UnexpectedAdmissionError   pod/trm-train-arc2-4gpu-9lltn   Allocate failed due to "
+        "requested number of devices unavailable for nvidia.com/gpu. Requested: 4, Available: 0, which is unexpected\n"
+    ),
+    # Triton's Python backend (shm_manager), as a Triton client printed the request's error
+    "triton-python-shm": (
+        "tritonclient.utils.InferenceServerException: [400] in ensemble 'ensemble_model', Failed to process the "
+        "request(s) for model instance 'detection_preprocessing_0', message: Failed to increase the shared memory "
+        "pool size for key 'triton_python_backend_shm_region_6' to 67108864 bytes.\n"
+    ),
+    # SGLang's launcher when a scheduler process exits during start
+    "sglang-scheduler": "[01-28 04:18:10] Rank 0 scheduler is dead. Please check if there are relevant logs.\n",
+    # SGLang 0.5's refusal of a prompt longer than --context-length, as a client logged it
+    "sglang-too-long": "The input (204281 tokens) is longer than the model's context length (202752 tokens)\n",
 }
 
 
@@ -225,12 +254,32 @@ PUBLIC_LINES = {
         ("nvcc-arch", "cuda-compiler-too-old-for-gpu", "knows compute_120"),
         ("pull-denied", "container-image-pull-denied", "imagePullSecrets"),
         ("smi-no-driver", "nvidia-driver-not-loaded", "modprobe nvidia"),
+        ("rm-init", "gpu-init-failed", "open kernel modules"),
+        ("api-mismatch", "nvml-driver-library-mismatch", "reboot"),
+        ("device-plugin-nvml", "container-gpu-runtime-missing", "--set-as-default"),
+        ("admission", "k8s-no-gpu-advertised", "nodeName"),
+        ("triton-python-shm", "triton-python-backend-shm", "--shm-size"),
+        ("sglang-scheduler", "worker-process-lost", "scheduler process's own error"),
+        ("sglang-too-long", "request-exceeds-context", "--context-length"),
     ],
     ids=lambda v: v if isinstance(v, str) and v in PUBLIC_LINES else None,
 )
 def test_a_publicly_quoted_line_reaches_its_class(key: str, rule: str, names: str) -> None:
-    # NCCL's WARN alone, in a log that does not go on to fail, is a warning (findings.compose)
-    assert_named(PUBLIC_LINES[key], rule, names, "warning" if key == "nccl-connect" else "error")
+    # NCCL's WARN alone, in a log that does not go on to fail, is a warning (findings.compose); a refused request is
+    assert_named(PUBLIC_LINES[key], rule, names, "warning" if key in ("nccl-connect", "sglang-too-long") else "error")
+
+
+def test_a_tgi_shard_failure_gives_way_to_the_shards_own_error() -> None:
+    # a public repository's notes quote TGI on a T4: the shard's out-of-memory, then the launcher's catch-all lines
+    log = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB. GPU\n"
+        "2024-09-02T23:29:59.823812Z ERROR text_generation_launcher: Shard 0 failed to start\n"
+        "2024-09-02T23:29:59.823837Z  INFO text_generation_launcher: Shutting down shards\n"
+        "Error: ShardCannotStart\n"
+    )
+    ids = {f["id"] for f in diagnose_text(log)}
+    assert "gpu-out-of-memory" in ids and "tgi-shard-failed" not in ids, ids
+    assert_named(log.split("\n", 1)[1], "tgi-shard-failed", "--max-batch-prefill-tokens")
 
 
 def test_an_xid_with_its_own_rule_is_not_also_the_catch_all() -> None:
