@@ -1,0 +1,87 @@
+"""Rules for classes a running stack meets (torchrun's signals, vLLM's worker RPCs and quantization dtypes, xformers,
+TensorRT engines, Ray workers, Kubernetes scheduling, a GPU nvidia-smi cannot reach), each against either the
+installed library's own message, rebuilt from its format string with the file:line and version it is in, or a line
+as a public repository's notes quote it from their own log (no seen thread shows these classes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.texts import assert_named, diagnose_text
+
+# Rebuilt from the engine venv's sources (torch 2.13.0+cpu, vLLM 0.32.0); not captures
+FROM_SOURCE = {
+    # torch/distributed/elastic/multiprocessing/api.py:1003: "failed (exitcode: %s) local_rank: %s (pid: %s) of
+    # binary: %s", a rank killed by SIGBUS (exit code -7)
+    "torchrun-sigbus": (
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -7) local_rank: 0 (pid: 4242) of "
+        "binary: /usr/bin/python3\n"
+    ),
+    # torch/distributed/elastic/multiprocessing/errors/__init__.py:141-143: f"Signal {n} ({name}) received by PID
+    # {pid}", the message torchrun's error summary carries for a rank killed by SIGSEGV
+    "torchrun-sigsegv": "  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 4242\n",
+    # vllm/config/vllm.py:910: f"{dtype} is not supported for quantization method {method}. Supported dtypes: ..."
+    "awq-bf16": (
+        "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: [torch.float16]\n"
+    ),
+    # vllm/v1/executor/multiproc_executor.py:442: f"RPC call to {method} timed out."
+    "rpc-timeout": "TimeoutError: RPC call to execute_model timed out.\n",
+}
+
+# As public repositories' notes and session logs quote their own logs
+PUBLIC = {
+    # torch.multiprocessing sharing tensors through one descriptor each
+    "torch-shm-fds": (
+        "RuntimeError: unable to open shared memory object </torch_735354_2766238047_18> in read-write mode: Too "
+        "many open files (24)\n"
+    ),
+    # xformers 0.0.x on an RTX 5090 (capability 12.0)
+    "xformers-sm120": (
+        "NotImplementedError: No operator found for `memory_efficient_attention_forward`\n"
+        "  `fa3F@0.0.0` is not supported because:\n"
+        "      requires device with capability <= (9, 0) but your GPU has capability (12, 0) (too new)\n"
+    ),
+    # kube-scheduler's event for a GPU pod without a toleration
+    "k8s-taint": (
+        "  Warning  FailedScheduling  5m  default-scheduler  0/2 nodes available: 2 node(s) had untolerated taint "
+        "{nvidia.com/gpu: }\n"
+    ),
+    # TensorRT deserializing an engine built by another release (its author shortened the assertion)
+    "trt-version-tag": "Error Code 1: Serialization (Version tag does not match)\n",
+    # a Ray worker node without vLLM installed
+    "ray-no-module": "ray.exceptions.RaySystemError: System error: No module named 'vllm'\n",
+    # nvidia-smi on a host where one GPU dropped out
+    "device-handle": "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "rule", "names"),
+    [
+        ("torchrun-sigbus", "bus-error-shm", "--shm-size"),
+        ("torchrun-sigsegv", "native-crash", "PYTHONFAULTHANDLER=1"),
+        ("awq-bf16", "quantization-dtype-unsupported", "--dtype float16"),
+        ("rpc-timeout", "worker-rpc-timeout", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"),
+        ("torch-shm-fds", "open-file-limit", "set_sharing_strategy('file_system')"),
+        ("xformers-sm120", "xformers-no-kernel", "VLLM_ATTENTION_BACKEND"),
+        ("k8s-taint", "k8s-no-gpu-advertised", "toleration"),
+        ("trt-version-tag", "tensorrt-engine-incompatible", "rebuild the engine"),
+        ("ray-no-module", "package-missing", "every node"),
+        ("device-handle", "gpu-device-handle-lost", "Above 4G Decoding"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v in FROM_SOURCE | PUBLIC else None,
+)
+def test_a_runtime_failure_reaches_its_class(key: str, rule: str, names: str) -> None:
+    assert_named((FROM_SOURCE | PUBLIC)[key], rule, names)
+
+
+def test_an_rpc_timeout_is_named_instead_of_the_engine_death_it_causes() -> None:
+    # the engine core dies of the timeout: the catch-all gives way to the named class
+    ids = {f["id"] for f in diagnose_text(FROM_SOURCE["rpc-timeout"])}
+    assert "worker-rpc-timeout" in ids and "engine-core-died" not in ids, ids
+
+
+def test_a_release_tag_mismatch_outside_tensorrt_is_not_an_engine_error() -> None:
+    # the same three words in a release script (a public repository's CI) are not TensorRT's
+    line = "Version tag does not match checkout.\n"
+    assert "tensorrt-engine-incompatible" not in {f["id"] for f in diagnose_text(line)}
