@@ -1,5 +1,6 @@
 """Rules for classes a running stack meets (torchrun's signals, vLLM's worker RPCs and quantization dtypes, xformers,
-TensorRT engines, Ray workers, Kubernetes scheduling, a GPU nvidia-smi cannot reach), each against either the
+Triton's compiler, TensorRT engines, Ray workers, Kubernetes and Slurm scheduling, WSL, the Hub's Xet downloads, a GPU
+nvidia-smi cannot reach), each against either the
 installed library's own message, rebuilt from its format string with the file:line and version it is in, or a line
 as a public repository's notes quote it from their own log (no seen thread shows these classes)."""
 
@@ -52,7 +53,34 @@ PUBLIC = {
     "ray-no-module": "ray.exceptions.RaySystemError: System error: No module named 'vllm'\n",
     # nvidia-smi on a host where one GPU dropped out
     "device-handle": "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error\n",
+    # slurmstepd after the job's cgroup hit its --mem
+    "slurm-oom": (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1042215.batch cgroup. Some of your processes may "
+        "have been killed by the cgroup out-of-memory handler.\n"
+    ),
+    # slurmstepd at the job's --time, after a progress bar
+    "slurm-time": (
+        " 22%|██▏       | 11/50 [1:55:26<6:49:05, 629.37s/it]slurmstepd: error: *** JOB 42221 ON clr1247 CANCELLED AT "
+        "2022-04-14T16:20:46 DUE TO TIME LIMIT ***\n"
+    ),
+    # sbatch asking one node for more GPUs than it has
+    "slurm-config": "sbatch: error: Batch job submission failed: Requested node configuration is not available\n",
+    # hf_xet under vLLM's model download
+    "xet": (
+        "RuntimeError: Data processing error: CAS service error : Reqwest Error: error decoding response body, "
+        "domain: no-url\n"
+    ),
+    # Triton 3.x on an sm_100 kernel, as a bug note quotes it
+    "triton-pass": (
+        "RuntimeError: PassManager::run failed\nPipeline failed while executing\n"
+        "`TritonNvidiaGPUOptimizeTMemLayoutsPass`\n"
+    ),
+    # nvidia-smi in a container under WSL 2 (docker exec)
+    "wsl": "Failed to initialize NVML: GPU access blocked by the operating system\n",
 }
+
+# Python's own OSError text for errno 116 (ESTALE, os.strerror(116) on Linux); not a capture
+ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kernel.json'\n"
 
 
 @pytest.mark.parametrize(
@@ -68,11 +96,21 @@ PUBLIC = {
         ("trt-version-tag", "tensorrt-engine-incompatible", "rebuild the engine"),
         ("ray-no-module", "package-missing", "every node"),
         ("device-handle", "gpu-device-handle-lost", "Above 4G Decoding"),
+        ("slurm-oom", "host-oom-killed", "#SBATCH --mem"),
+        ("slurm-time", "slurm-time-limit", "--time"),
+        ("slurm-config", "slurm-request-unsatisfiable", "--gres=gpu"),
+        ("xet", "hub-xet-download-failed", "HF_HUB_DISABLE_XET=1"),
+        ("triton-pass", "triton-compile-failed", "triton 3.3+"),
+        ("wsl", "wsl-gpu-blocked", "wsl --update"),
     ],
     ids=lambda v: v if isinstance(v, str) and v in FROM_SOURCE | PUBLIC else None,
 )
 def test_a_runtime_failure_reaches_its_class(key: str, rule: str, names: str) -> None:
     assert_named((FROM_SOURCE | PUBLIC)[key], rule, names)
+
+
+def test_a_stale_nfs_cache_names_local_cache_folders() -> None:
+    assert_named(ESTALE, "network-fs-stale-handle", "TRITON_CACHE_DIR")
 
 
 def test_an_rpc_timeout_is_named_instead_of_the_engine_death_it_causes() -> None:
