@@ -77,7 +77,34 @@ PUBLIC = {
     ),
     # nvidia-smi in a container under WSL 2 (docker exec)
     "wsl": "Failed to initialize NVML: GPU access blocked by the operating system\n",
+    # torch's CUDA initialisation inside a snap without the GPU interface connected
+    "cuda-init-304": (
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+        "NumCudaDevices() that might have already set an error? Error 304: OS call failed or operation not "
+        "supported on this OS\n"
+    ),
+    # torch.utils.cpp_extension's compiler check in an image without g++
+    "which-cxx": "subprocess.CalledProcessError: Command '['which', 'c++']' returned non-zero exit status 1.\n",
+    # requests behind an authenticating proxy, as a troubleshooting page quotes it
+    "proxy-407": (
+        "HTTPSConnectionPool: Tunnel connection failed: 407 Proxy Authentication Required\n"
+        "curl: (56) CONNECT tunnel failed, response 407\n"
+    ),
+    # cuBLAS failing under a vLLM V1 engine, as a deployment's notes quote it
+    "cublas-exec": (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+    ),
+    # NCCL's bootstrap (bootstrap.cc: WARN("NET/Socket : No usable listening interface found"))
+    "nccl-no-listen": "node1:42:42 [0] NCCL WARN NET/Socket : No usable listening interface found\n",
 }
+
+# huggingface_hub/utils/_http.py:881 (huggingface_hub 2.4.0): f"{status} Client Error." + "\\n\\n" +
+# f"Revision Not Found for url: {url}."; not a capture
+REVISION = (
+    "huggingface_hub.errors.RevisionNotFoundError: 404 Client Error.\n\nRevision Not Found for url: "
+    "https://huggingface.co/api/models/Qwen/Qwen3-8B/revision/v9.\n"
+)
 
 # Python's own OSError text for errno 116 (ESTALE, os.strerror(116) on Linux); not a capture
 ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kernel.json'\n"
@@ -102,11 +129,24 @@ ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kern
         ("xet", "hub-xet-download-failed", "HF_HUB_DISABLE_XET=1"),
         ("triton-pass", "triton-compile-failed", "triton 3.3+"),
         ("wsl", "wsl-gpu-blocked", "wsl --update"),
+        ("cuda-init-304", "cuda-init-failed", "CUDA error 304"),
+        ("which-cxx", "c-compiler-missing", "build-essential"),
+        ("proxy-407", "http-proxy-failed", "HTTPS_PROXY"),
+        ("cublas-exec", "cublas-status", "nvidia-cublas-cu12"),
     ],
     ids=lambda v: v if isinstance(v, str) and v in FROM_SOURCE | PUBLIC else None,
 )
 def test_a_runtime_failure_reaches_its_class(key: str, rule: str, names: str) -> None:
     assert_named((FROM_SOURCE | PUBLIC)[key], rule, names)
+
+
+def test_a_missing_hub_revision_names_the_revision_flag() -> None:
+    assert_named(REVISION, "hub-repo-not-found", "--revision")
+
+
+def test_nccl_without_a_listening_interface_names_the_interface_variable() -> None:
+    # NCCL's WARN alone, in a log that goes on, is a warning
+    assert_named(PUBLIC["nccl-no-listen"], "nccl-no-network-interface", "NCCL_SOCKET_IFNAME", "warning")
 
 
 def test_a_stale_nfs_cache_names_local_cache_folders() -> None:
