@@ -239,6 +239,22 @@ PUBLIC_LINES = {
     "sglang-scheduler": "[01-28 04:18:10] Rank 0 scheduler is dead. Please check if there are relevant logs.\n",
     # SGLang 0.5's refusal of a prompt longer than --context-length, as a client logged it
     "sglang-too-long": "The input (204281 tokens) is longer than the model's context length (202752 tokens)\n",
+    # docker run --gpus in an unprivileged LXC container
+    "cgroup-rules": (
+        "nvidia-container-cli: mount error: failed to add device rules: unable to find any existing device filters "
+        "attached to the cgroup: bpf_prog_query(BPF_CGROUP_DEVICE) failed: operation not permitted: unknown.\n"
+    ),
+    # the NVIDIA device plugin (newer releases) on a node whose containerd does not use the nvidia runtime
+    "device-plugin-toolkit": (
+        "E1119 17:44:43.345466       1 factory.go:112] Incompatible strategy detected auto\n"
+        "E1119 17:44:43.345479       1 factory.go:113] If this is a GPU node, did you configure the NVIDIA Container "
+        "Toolkit?\n"
+    ),
+    # the GPU Operator's driver container on a node whose kernel headers the mirrors no longer carry
+    "operator-kernel": (
+        "W: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/jammy-security/InRelease  Temporary failure "
+        "resolving 'archive.ubuntu.com'\nCould not resolve Linux kernel version\n"
+    ),
 }
 
 
@@ -261,6 +277,9 @@ PUBLIC_LINES = {
         ("triton-python-shm", "triton-python-backend-shm", "--shm-size"),
         ("sglang-scheduler", "worker-process-lost", "scheduler process's own error"),
         ("sglang-too-long", "request-exceeds-context", "--context-length"),
+        ("cgroup-rules", "container-cgroup-device-rules", "no-cgroups = true"),
+        ("device-plugin-toolkit", "container-gpu-runtime-missing", "runtimeClassName: nvidia"),
+        ("operator-kernel", "gpu-operator-driver-kernel", "driver.usePrecompiled=true"),
     ],
     ids=lambda v: v if isinstance(v, str) and v in PUBLIC_LINES else None,
 )
@@ -280,6 +299,17 @@ def test_a_tgi_shard_failure_gives_way_to_the_shards_own_error() -> None:
     ids = {f["id"] for f in diagnose_text(log)}
     assert "gpu-out-of-memory" in ids and "tgi-shard-failed" not in ids, ids
     assert_named(log.split("\n", 1)[1], "tgi-shard-failed", "--max-batch-prefill-tokens")
+
+
+def test_a_secure_boot_refusal_names_module_signing() -> None:
+    # the kernel's EKEYREJECTED text as modprobe prints it (built from modprobe's "could not insert '%s': %s"; not a
+    # capture)
+    line = "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service\n"
+    assert_named(line, "secure-boot-module-rejected", "mokutil --import")
+
+
+def test_a_cgroup_failure_of_the_container_runtime_is_not_a_missing_toolkit() -> None:
+    assert "container-gpu-runtime-missing" not in {f["id"] for f in diagnose_text(PUBLIC_LINES["cgroup-rules"])}
 
 
 def test_an_xid_with_its_own_rule_is_not_also_the_catch_all() -> None:
