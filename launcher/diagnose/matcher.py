@@ -22,7 +22,6 @@ from launcher.diagnose.logtext import (
     continued,
     evidence,
     frames,
-    inner_messages,
     is_ordinary,
     level,
     looks_benign,
@@ -32,6 +31,7 @@ from launcher.diagnose.logtext import (
     shows_failure,
 )
 from launcher.diagnose.members import Member, caseless, caseless_matches, members
+from launcher.diagnose.roots import LOOSE_EXCEPTION, MAX_ROOT_TEXT, exception_after, line_before, stage_in
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -39,7 +39,6 @@ from launcher.diagnose.templates import TemplateIndex
 SUB_BLOCK = 256 << 10  # the unit the word prefilter decides for: a failure's lines are searched in this much
 LONG_LINE = 4096  # in a line longer than this, a pattern is matched within this many bytes of its literal
 MAX_ROOTS = 20  # tracebacks examined per log: the first one is the root; a log of a million is not read twice
-MAX_ROOT_TEXT = 1000  # characters of a root error kept: its advice may come late (evidence shows 400)
 # the levels a logger marks an error with: a line logged so is a root when nothing else names the failure (at a
 # fatal level, a failure of its own)
 ERROR_LEVELS, FATAL_LEVELS = ("ERROR", "CRITICAL", "FATAL"), ("CRITICAL", "FATAL")
@@ -48,17 +47,6 @@ MAX_INDEX_LINES = 20000  # lines compared with the index per log: past that, a l
 ERRORISH = (b"rror", b"ERROR", b"WARN", b"arning", b"xception", b"ailed", b"FAIL", b"atal", b"ssert", b"not supported")
 # a line that ends before its message does: a list goes on (",") or a label waits for its value (":")
 _WRAPPED = re.compile(rb"[,:(-]\s*$")
-# an exception named at the start of a message: "ValueError: ...", or its repr "AssertionError('...')"
-_LOOSE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|:$|\(['\"])")
-_EXCEPTION = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|KeyError|AssertionError)\b(?::.*)?$"
-)
-
-
-def _line_before(text: bytes, pos: int) -> bytes:
-    """The line before the one `pos` is in."""
-    start = text.rfind(b"\n", 0, pos)
-    return text[text.rfind(b"\n", 0, max(start, 0)) + 1 : max(start, 0)]
 
 
 class Matcher:
@@ -161,7 +149,7 @@ class Matcher:
             said = message(raw)
             if (
                 self._loose is None
-                and (_LOOSE_EXCEPTION.match(said) or level(raw) in FATAL_LEVELS)
+                and (LOOSE_EXCEPTION.match(said) or level(raw) in FATAL_LEVELS)
                 and not any(w in said for w in life.SHUTTING_DOWN)
             ):
                 self._loose = line_start
@@ -269,7 +257,7 @@ class Matcher:
         """The stage a hit at pos happened in: named by the frames of the traceback it ends, else by the last
         stage marker before it."""
         tb = max((at for at in tracebacks if pos - 65536 < at < pos), default=None)
-        return (self._stage_in(text[tb:pos]) if tb is not None else None) or self._stage_at(stages, pos)
+        return (stage_in(text[tb:pos]) if tb is not None else None) or self._stage_at(stages, pos)
 
     def _stage_at(self, stages: list[tuple[int, str]], pos: int) -> str | None:
         """The stage of the last stage marker before `pos` (stages: this feed's, in order), else the stage the
@@ -299,33 +287,33 @@ class Matcher:
 
         if self._awaiting is not None:
             stage, lines_left = self._awaiting
-            root = self._exception_after(text, 0, lines_left)
+            root = exception_after(text, 0, lines_left)
             if root:
                 at, line = root
-                trace.roots.append((line_of(at), line, self._stage_in(text[:at]) or stage))
+                trace.roots.append((line_of(at), line, stage_in(text[:at]) or stage))
                 self._awaiting = None
             else:
                 left = lines_left - text.count(b"\n") - 1
-                self._awaiting = (self._stage_in(text) or stage, left) if left > 0 else None
+                self._awaiting = (stage_in(text) or stage, left) if left > 0 else None
         for pos, member in markers:
-            if member.kind == "traceback" and life.UNRAISABLE in _line_before(text, pos):
+            if member.kind == "traceback" and life.UNRAISABLE in line_before(text, pos):
                 continue  # an exception Python ignored: its traceback is no failure
             if member.kind == "traceback" and trace.tracebacks < MAX_ROOTS:
                 trace.tracebacks += 1
                 after = text.find(b"\n", pos)
-                root = self._exception_after(text, after + 1, 400) if after >= 0 else None
+                root = exception_after(text, after + 1, 400) if after >= 0 else None
                 stage_here = self._stage_at(stages, pos)
                 if root:
                     at, line = root
                     # a traceback names the stage through its frames; else the last marker the log printed
-                    stage = self._stage_in(text[pos:at]) or stage_here
+                    stage = stage_in(text[pos:at]) or stage_here
                     trace.roots.append((line_of(at), line, stage))
                     # a curated rule keyed on a component the traceback ran through explains it, any wording
                     keyed = self._sites.keyed_on(frames(text[pos:at]))
                     if keyed is not None and not keyed.generic:
                         self._frame_hits.append((keyed, line_of(at), line, stage))
                 else:
-                    self._awaiting = (self._stage_in(text[pos:]) or stage_here, 400)
+                    self._awaiting = (stage_in(text[pos:]) or stage_here, 400)
             elif member.kind == "fatal" and trace.fatal is None:
                 trace.fatal = (*whole_line(pos), self._stage_at(stages, pos))
             elif member.kind == "stop" and trace.stop is None:
@@ -335,34 +323,6 @@ class Matcher:
             elif member.kind == "stage" and member.literal == life.SERVING and trace.serving is None:
                 trace.serving = line_of(pos)
         trace.stage = self._stage_at(stages, len(text) + 1)
-
-    @staticmethod
-    def _stage_in(frames: bytes) -> str | None:
-        found = None
-        for stage, markers in life.STAGE_MARKERS:
-            if any(m in frames for m in markers if m.startswith(b"in ") or m.islower()):
-                found = stage
-        return found
-
-    @staticmethod
-    def _exception_after(text: bytes, start: int, max_lines: int) -> tuple[int, str] | None:
-        """The first exception line from `start` on: where Python says what went wrong. A wrapper that quotes
-        the error it wraps gives the quoted error."""
-        for _ in range(max_lines):
-            if start >= len(text):
-                return None
-            end = text.find(b"\n", start)
-            end = len(text) if end < 0 else end
-            said = message(text[start:end])
-            if _EXCEPTION.match(said):
-                quoted = any(q in said for q in life.QUOTING)
-                inner = [m for m in inner_messages(said) if _EXCEPTION.match(m)] if quoted else []
-                if inner:
-                    return start, inner[0][:400]
-                if not said.startswith(life.WRAPPERS):
-                    return start, continued(said, text, end)[:MAX_ROOT_TEXT]
-            start = end + 1
-        return None
 
     def _finding(self, rule: Rule, new: list[Finding]) -> Finding:
         if rule.id not in self.findings:
