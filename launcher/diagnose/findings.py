@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from launcher.diagnose.advice import SUPPORT_GAP, message_advice
+from launcher.diagnose.advice import SUPPORT_GAP, message_advice, missing_packages, named_knobs
 from launcher.diagnose.lifecycle import (
     COLLECT_AFTER_CUT_TRACEBACK,
     COLLECT_AFTER_EARLY_END,
@@ -49,6 +49,8 @@ class Finding:
     origin: str = CURATED
     said: str | None = None  # what the logged message itself advises, when the rule's fix does not say it
     hint: str | None = None  # what the line means beside the rule's fix (the engine argument a misspelt one meant)
+    named: tuple[str, ...] = ()  # the knobs the logged message names as the thing to change
+    installs: tuple[str, ...] = ()  # what to install, where the message says a package is missing
 
     def fix(self) -> str:
         fix = self.rule.fix_in(self.stage)
@@ -56,6 +58,10 @@ class Finding:
             fix = fix.replace("{" + name + "}", value)
         if self.said and self.said not in fix:
             fix += f"; the message says: {self.said}"
+        if named := [n for n in self.named if n not in fix]:
+            fix += f"; it names {', '.join(named)}"
+        for install in self.installs:
+            fix += f"; {install}"
         return f"{fix}; {self.hint}" if self.hint else fix
 
     @property
@@ -119,7 +125,7 @@ ADVISED = _rule(
     Severity.ERROR,
     "vLLM failed; the error's own message says what to do",
     "the first exception of the first traceback (or the fatal line) is where the failure began, and its message "
-    "carries advice; no rule of the knowledge base names it",
+    "(or the lines after it) carries advice or names the knob it is about; no rule of the knowledge base names it",
     "{next_step}",
 )
 STOPPED = _rule(
@@ -169,10 +175,12 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     code_bug = exception in CODE_ERRORS or (exception == "TypeError" and ARGUMENT_ERROR.search(text) is not None)
     gap = SUPPORT_GAP.search(text) is not None
     said = message_advice(text, knobs_only=False)
+    # an error's message names what it is about; a line that only warns names a knob only in its advice
+    named, installs = tuple(named_knobs(text, advising_only=False)), tuple(missing_packages(text))
     rule = NOT_ENOUGH_EVIDENCE if silent else NOT_SUPPORTED if gap else CODE_BUG if code_bug else ROOT_CAUSE
-    rule = ADVISED if rule is ROOT_CAUSE and said else rule
+    rule = ADVISED if rule is ROOT_CAUSE and (said or named or installs) else rule
     finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks or loose else Severity.WARNING, count=1)
-    finding.said = said
+    finding.said, finding.named, finding.installs = said, named, installs
     finding.evidence = [(line, text[:400])]
     finding.evidence += sorted({c[:2] for c in (fatal, umbrella) if c and c[0] != line})
     finding.stage, finding.origin = stage, FALLBACK

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import IO
 
+from launcher.diagnose.advice import advises
 from launcher.errors import BadInput
 
 BLOCK_BYTES = 8 << 20
@@ -166,23 +167,49 @@ _NEW_RECORD = ("Traceback", "File ", "During handling", "The above exception")
 
 def continued(said: str, text: bytes, end: int, lines: int = 3) -> str:
     """An exception's message `said` (its line ends at text[end]) with the lines that continue it, when it goes on
-    below its first line; else `said` as it is."""
-    if not _OPEN_MESSAGE.search(said):
-        return said
-    if _EMPTY_MESSAGE.match(said):
-        lines = 3 * lines
+    below its first line, and the advice printed right after it."""
     more: list[str] = []
     start = end + 1
-    while len(more) < lines and start < len(text):
+    if _OPEN_MESSAGE.search(said):
+        lines = 3 * lines if _EMPTY_MESSAGE.match(said) else lines
+        while len(more) < lines and start < len(text):
+            stop = text.find(b"\n", start)
+            stop = len(text) if stop < 0 else stop
+            line = message(text[start:stop])
+            start = stop + 1
+            if line.startswith(_NEW_RECORD):
+                break
+            if line:
+                more.append(line)
+    said = " ".join([said, *more])
+    for advice in advice_after(text, start):
+        # a sentence of its own, where the error's message ends without a stop
+        said += f" {advice}" if said.endswith((".", ";", ":", "!", "?")) else f". {advice}"
+    return said
+
+
+_LIST_ITEM = re.compile(r"^(?:\d{1,2}[.)]|[-*•])\s+")  # "1. Downgrade the protobuf package", "- set ..."
+ADVICE_LINES = 5  # lines after an error read for the advice printed under it
+
+
+def advice_after(text: bytes, start: int) -> list[str]:
+    """The advising lines among the few that follow an error ("For debugging consider passing
+    CUDA_LAUNCH_BLOCKING=1", a list of workarounds), up to the next record or a line logged as INFO/DEBUG."""
+    found: list[str] = []
+    for _ in range(ADVICE_LINES):
+        if start >= len(text):
+            break
         stop = text.find(b"\n", start)
         stop = len(text) if stop < 0 else stop
-        line = message(text[start:stop])
+        raw = text[start:stop]
         start = stop + 1
-        if line.startswith(_NEW_RECORD):
+        line = message(raw)
+        if is_ordinary(raw) or level(raw) in ("INFO", "DEBUG") or line.startswith(_NEW_RECORD) or _FAILED.match(line):
             break
-        if line:
-            more.append(line)
-    return " ".join([said, *more])
+        item = _LIST_ITEM.sub("", line)
+        if item and advises(item):
+            found.append(item)
+    return found
 
 
 ENGINE_SNIFF = 4 << 20  # bytes of a log's start read to tell its engine

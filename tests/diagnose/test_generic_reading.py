@@ -16,7 +16,7 @@ from tests.helpers import FIXTURES
 
 def excerpt(source: str) -> str:
     """The excerpt a fresh set quotes from the thread `source`."""
-    for path in sorted((FIXTURES / "diagnose").glob("fresh-2026-12-03*.jsonl")):
+    for path in sorted((FIXTURES / "diagnose").glob("*.jsonl")):
         for line in path.read_text().splitlines():
             case = json.loads(line)
             if case["source"] == source:

@@ -1,0 +1,65 @@
+"""The advice a failure's own message carries, read without the curated rules (as for a failure no rule was
+written for): the knob an error names, the advice printed in the lines under it, the package its words say is
+missing. Excerpts are quoted from the fixture sets (tests/fixtures/diagnose), by their thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.diagnose.advice import advises, missing_packages, named_knobs
+from launcher.diagnose.findings import Finding
+from launcher.diagnose.run import diagnose_blocks
+from tests.diagnose.test_generic_reading import excerpt
+
+
+def generic(source: str) -> list[Finding]:
+    """The findings for a thread's excerpt with no curated rule and no message index: the generic fallback alone."""
+    return diagnose_blocks([excerpt(source).encode()], rules=[])[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        # the flag an error is about
+        ("https://github.com/SemiAnalysisAI/InferenceX/issues/2128", "it names --mem-fraction-static"),
+        # advice in parentheses
+        ("https://github.com/NVIDIA/nccl/issues/1410", "run with NCCL_DEBUG=INFO for details"),
+        # a list of workarounds in the lines under the exception
+        ("https://github.com/huggingface/transformers/issues/17544", "Downgrade the protobuf package to 3.20.x"),
+        # torch's advice printed a few lines under the CUDA error
+        ("https://github.com/vllm-project/vllm/issues/40756", "consider passing CUDA_LAUNCH_BLOCKING=1"),
+        # a module Python could not import
+        ("https://github.com/NVlabs/Tool-N1/issues/2", "install the package that provides 'vllm'"),
+        # two packages of different versions
+        ("https://github.com/NVIDIA-NeMo/Export-Deploy/pull/679", "pip install 'flashinfer-cubin==0.6.10'"),
+    ],
+    ids=["flag-in-error", "parenthesis", "list-below", "lines-below", "no-module", "version-mismatch"],
+)
+def test_the_fallback_names_what_the_message_names(source: str, names: str) -> None:
+    found = [f for f in generic(source) if f.rule.id == "message-advice"]
+    assert found and names in found[0].fix(), [(f.rule.id, f.fix()) for f in generic(source)]
+
+
+def test_help_pointers_and_error_codes_are_not_advice() -> None:
+    # https://github.com/NVlabs/FoundationPose/issues/382: docker's "Run 'docker run --help' for more information"
+    assert not advises("Run 'docker run --help' for more information")
+    # https://github.com/vllm-project/vllm/issues/19613: NCCL's error code is no variable to set
+    said = "NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    assert named_knobs(said, advising_only=False) == ["NCCL_DEBUG"]
+
+
+def test_a_warning_names_only_what_its_advice_names() -> None:
+    # https://github.com/vllm-project/vllm/issues/7074: torch's Gloo warning, advice after a fallback
+    said = (
+        "Warning: Unable to resolve hostname to a (local) address. Using the loopback address as fallback. "
+        "Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. (function operator())"
+    )
+    assert named_knobs(said, advising_only=True) == ["GLOO_SOCKET_IFNAME"]
+    # constructed: a quoted name outside advice (a checkpoint's tensor) is not a knob
+    assert named_knobs("KeyError: 'language_model.embed_tokens.weight' is missing", advising_only=False) == []
+
+
+def test_a_resolver_conflict_names_the_version_to_install() -> None:
+    # https://github.com/hiyouga/EasyR1/issues/27: pip's resolver
+    said = "vllm 0.7.3 requires torch==2.5.1, but you have torch 2.4.0+cu124 which is incompatible."
+    assert missing_packages(said) == ["pip install 'torch==2.5.1'"]
