@@ -27,6 +27,10 @@ FROM_SOURCE = {
     ),
     # vllm/v1/executor/multiproc_executor.py:442: f"RPC call to {method} timed out."
     "rpc-timeout": "TimeoutError: RPC call to execute_model timed out.\n",
+    # vllm/v1/structured_output/backend_xgrammar.py:461, raised as the request's validation error
+    "xgrammar-schema": (
+        "vllm.exceptions.VLLMValidationError: The provided JSON schema contains features not supported by xgrammar.\n"
+    ),
 }
 
 # As public repositories' notes and session logs quote their own logs
@@ -95,6 +99,17 @@ PUBLIC = {
         "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`\n"
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
     ),
+    # vLLM V0's scheduler in a notebook's offline run
+    "preemption": (
+        "WARNING 08-06 01:40:11 scheduler.py:1754] Sequence group 242 is preempted by PreemptionMode.RECOMPUTE mode "
+        "because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+        "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+        "total_num_cumulative_preemption=1\n"
+    ),
+    # vLLM V0's scheduler dropping a prompt above --max-num-batched-tokens (a pull request's description)
+    "v0-prompt-limit": (
+        "WARNING 02-20 17:08:38 scheduler.py:949] Input prompt (100005 tokens) is too long and exceeds limit of 2048\n"
+    ),
     # NCCL's bootstrap (bootstrap.cc: WARN("NET/Socket : No usable listening interface found"))
     "nccl-no-listen": "node1:42:42 [0] NCCL WARN NET/Socket : No usable listening interface found\n",
 }
@@ -138,6 +153,19 @@ ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kern
 )
 def test_a_runtime_failure_reaches_its_class(key: str, rule: str, names: str) -> None:
     assert_named((FROM_SOURCE | PUBLIC)[key], rule, names)
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "names"),
+    [
+        (FROM_SOURCE["xgrammar-schema"], "structured-output-schema-unsupported", '"backend": "guidance"'),
+        (PUBLIC["preemption"], "kv-cache-preemption", "--kv-cache-dtype fp8"),
+        (PUBLIC["v0-prompt-limit"], "prompt-longer-than-context", "--max-num-batched-tokens"),
+    ],
+    ids=["xgrammar-schema", "preemption", "v0-prompt-limit"],
+)
+def test_what_slows_or_refuses_requests_is_a_warning(text: str, rule: str, names: str) -> None:
+    assert_named(text, rule, names, "warning")
 
 
 def test_a_missing_hub_revision_names_the_revision_flag() -> None:
