@@ -110,6 +110,13 @@ PUBLIC = {
     "v0-prompt-limit": (
         "WARNING 02-20 17:08:38 scheduler.py:949] Input prompt (100005 tokens) is too long and exceeds limit of 2048\n"
     ),
+    # the Hub refusing a download while the authors review the access request
+    "gated-pending": (
+        "GatedRepoError: 403 Client Error... Your request to access model meta-llama/Meta-Llama-3-8B-Instruct is "
+        "awaiting a review from the repo authors.\n"
+    ),
+    # Ray's dashboard agent when the node's raylet died (its raylet.err showed a disk over 95% full)
+    "raylet-died": "2026-07-11 07:47:41 ... Raylet is terminated. Termination is unexpected.\n",
     # NCCL's bootstrap (bootstrap.cc: WARN("NET/Socket : No usable listening interface found"))
     "nccl-no-listen": "node1:42:42 [0] NCCL WARN NET/Socket : No usable listening interface found\n",
 }
@@ -148,6 +155,8 @@ ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kern
         ("which-cxx", "c-compiler-missing", "build-essential"),
         ("proxy-407", "http-proxy-failed", "HTTPS_PROXY"),
         ("cublas-exec", "cublas-status", "nvidia-cublas-cu12"),
+        ("gated-pending", "hub-gated-or-unauthorized", "ungated copy"),
+        ("raylet-died", "ray-node-dead", "over 95% full"),
     ],
     ids=lambda v: v if isinstance(v, str) and v in FROM_SOURCE | PUBLIC else None,
 )
