@@ -152,6 +152,7 @@ class Trace:
     serving: int | None = None  # the line where vLLM said it serves
     loose: tuple[int, str, str | None] | None = None  # the first exception line outside any traceback, and its stage
     logged: tuple[int, str, str | None] | None = None  # the first line logged at an error level, and its stage
+    advised: tuple[int, str, str | None] | None = None  # the first line that advises a knob, and its stage
 
 
 def _root_finding(trace: Trace, before: int) -> Finding | None:
@@ -162,24 +163,31 @@ def _root_finding(trace: Trace, before: int) -> Finding | None:
     # (vLLM logs a traceback's lines at ERROR: only a log without one is read for such a line)
     logged = trace.logged if trace.logged and trace.logged[0] < before and not trace.tracebacks else None
     # a line the software logged as an error, in a log that shows no failure of its own, is a warning to read
-    candidates = [c for c in (roots[0] if roots else None, fatal, loose, logged) if c]
+    # a line that only advises a knob, in a log that shows nothing else: a warning naming it (not the advice of a
+    # server that went on to serve)
+    advised = trace.advised if trace.advised and trace.advised[0] < before else None
+    if advised and trace.serving is not None and advised[0] < trace.serving:
+        advised = None
+    candidates = [c for c in (roots[0] if roots else None, fatal, loose, logged, advised) if c]
     if not candidates:
         return None
-    line, text, stage = umbrella = candidates[0]
+    line, text, stage = umbrella = chosen = candidates[0]
     if any(u in text for u in UMBRELLAS):
         # an umbrella ("Engine core initialization failed. See root cause above") defers to a specific error before it
         earlier = [c for c in candidates if c[0] < line and not any(u in c[1] for u in UMBRELLAS)]
-        line, text, stage = min(earlier) if earlier else umbrella
+        line, text, stage = chosen = min(earlier) if earlier else umbrella
     silent = any(w in text for w in SILENT_DEATH)
     exception = text.split(":", 1)[0].split("(", 1)[0].rsplit(".", 1)[-1]
     code_bug = exception in CODE_ERRORS or (exception == "TypeError" and ARGUMENT_ERROR.search(text) is not None)
     gap = SUPPORT_GAP.search(text) is not None
     said = message_advice(text, knobs_only=False)
     # an error's message names what it is about; a line that only warns names a knob only in its advice
-    named, installs = tuple(named_knobs(text, advising_only=False)), tuple(missing_packages(text))
+    only_advice = chosen is advised
+    named, installs = tuple(named_knobs(text, advising_only=only_advice)), tuple(missing_packages(text))
     rule = NOT_ENOUGH_EVIDENCE if silent else NOT_SUPPORTED if gap else CODE_BUG if code_bug else ROOT_CAUSE
     rule = ADVISED if rule is ROOT_CAUSE and (said or named or installs) else rule
-    finding = Finding(rule, Severity.ERROR if fatal or trace.tracebacks or loose else Severity.WARNING, count=1)
+    failed = (fatal or trace.tracebacks or loose) and not only_advice
+    finding = Finding(rule, Severity.ERROR if failed else Severity.WARNING, count=1)
     finding.said, finding.named, finding.installs = said, named, installs
     finding.evidence = [(line, text[:400])]
     finding.evidence += sorted({c[:2] for c in (fatal, umbrella) if c and c[0] != line})

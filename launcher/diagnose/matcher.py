@@ -31,7 +31,14 @@ from launcher.diagnose.logtext import (
     shows_failure,
 )
 from launcher.diagnose.members import Member, caseless, caseless_matches, members
-from launcher.diagnose.roots import LOOSE_EXCEPTION, MAX_ROOT_TEXT, exception_after, line_before, stage_in
+from launcher.diagnose.roots import (
+    LOOSE_EXCEPTION,
+    MAX_ROOT_TEXT,
+    exception_after,
+    first_advice,
+    line_before,
+    stage_in,
+)
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
 from launcher.diagnose.templates import TemplateIndex
@@ -225,6 +232,10 @@ class Matcher:
                 said = continued(message(text[at:end]), text, end)[:MAX_ROOT_TEXT]
                 setattr(self.trace, kept, (first_line + text.count(b"\n", 0, at), said, self.trace.stage))
         self._loose = self._logged = None
+        if self.trace.advised is None and (at := first_advice(text)) is not None:
+            end = text.find(b"\n", at)
+            said = message(text[at : end if end >= 0 else len(text)])
+            self.trace.advised = (first_line + text.count(b"\n", 0, at), said, self.trace.stage)
         self._keep_tail(text, first_line)
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")

@@ -1,5 +1,5 @@
 """Where a failure's root stands in a log: the exception a traceback ends with (or the error a wrapper quotes), an
-exception line outside any traceback, and the stage a traceback's frames name.
+exception line outside any traceback, a line that advises a knob, and the stage a traceback's frames name.
 """
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from launcher.diagnose import lifecycle as life
-from launcher.diagnose.logtext import continued, inner_messages, message
+from launcher.diagnose.advice import missing_packages, named_knobs
+from launcher.diagnose.logtext import MAX_LINE_TEXT, continued, inner_messages, is_ordinary, level, message
 
 MAX_ROOT_TEXT = 1000  # characters of a root error kept: its advice may come late (evidence shows 400)
 # an exception named at the start of a message: "ValueError: ...", or its repr "AssertionError('...')"
@@ -50,3 +51,46 @@ def exception_after(text: bytes, start: int, max_lines: int) -> tuple[int, str] 
                 return start, continued(said, text, end)[:MAX_ROOT_TEXT]
         start = end + 1
     return None
+
+
+# words of a line that advises without an error word in it ("Not enough memory. Please try to increase
+# --mem-fraction-static"), or pip's resolver naming the version it wants
+ADVISING = (
+    b"lease ",
+    b"Try ",
+    b"onsider",
+    b"may help",
+    b"ou can ",
+    b"ou should",
+    b"ou may ",
+    b"ou need",
+    b"but you have",
+)
+MAX_ADVICE_LINES = 200  # lines read for advice per block: past that, a block is one note repeated
+# ... and says what is wrong: advice for the better (a deprecation, a faster setting) is no problem to report
+_PROBLEM = re.compile(
+    r"(?i)\b(?:not enough|insufficient|out of memory|(?:larger|greater|longer) than|exceeds?|too (?:small|large|big|"
+    r"many|few|long|short|old|low|high)|cannot|can't|unable to|incompatible|is not installed|mismatch)\b"
+)
+
+
+def first_advice(text: bytes) -> int | None:
+    """Where the first line of `text` starts that says what is wrong and advises a knob or a package by name, and
+    is not an INFO/DEBUG line: a log that shows no error of its own may still say what to change."""
+    first, read = None, 0
+    for needle in ADVISING:
+        pos = text.find(needle, 0, first)
+        while pos >= 0 and read < MAX_ADVICE_LINES:
+            read += 1
+            start = text.rfind(b"\n", 0, pos) + 1
+            end = text.find(b"\n", pos)
+            end = len(text) if end < 0 else end
+            raw = text[start : min(end, start + MAX_LINE_TEXT)]
+            said = message(raw)
+            quiet = is_ordinary(raw) or level(raw) in ("INFO", "DEBUG")
+            named = not quiet and _PROBLEM.search(said) is not None
+            if named and (named_knobs(said, advising_only=True) or missing_packages(said)):
+                first = start
+                break
+            pos = text.find(needle, end, first)
+    return first

@@ -63,3 +63,31 @@ def test_a_resolver_conflict_names_the_version_to_install() -> None:
     # https://github.com/hiyouga/EasyR1/issues/27: pip's resolver
     said = "vllm 0.7.3 requires torch==2.5.1, but you have torch 2.4.0+cu124 which is incompatible."
     assert missing_packages(said) == ["pip install 'torch==2.5.1'"]
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("https://github.com/sgl-project/sglang/issues/322", "--mem-fraction-static"),  # a bare line, no error word
+        ("https://github.com/hiyouga/LlamaFactory/issues/6472", "gpu_memory_utilization"),  # a thread's title
+        ("https://github.com/hiyouga/EasyR1/issues/27", "pip install 'torch==2.5.1'"),  # pip's resolver
+    ],
+    ids=["sglang-memory", "kv-cache", "pip-resolver"],
+)
+def test_a_line_that_says_what_is_wrong_and_what_to_change_is_a_warning(source: str, names: str) -> None:
+    found = [(f.rule.id, str(f.severity), f.fix()) for f in generic(source)]
+    assert [(rule, severity) for rule, severity, _ in found] == [("message-advice", "warning")]
+    assert names in found[0][2]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "https://github.com/vllm-project/vllm/issues/9990",  # "[DEPRECATED] ... Please remove --use-v2-block-manager"
+        "https://github.com/gladiaio/gladia/issues/447",  # "TORCH_HUB is deprecated, please use env TORCH_HOME"
+        "https://github.com/ray-project/ray/issues/15494",  # Ray's /dev/shm note, advice for performance
+    ],
+    ids=["deprecated-flag", "deprecated-variable", "performance-note"],
+)
+def test_advice_for_the_better_in_a_benign_log_is_no_finding(source: str) -> None:
+    assert "message-advice" not in [f.rule.id for f in generic(source)]
