@@ -46,6 +46,11 @@ PUBLIC = {
         "  `fa3F@0.0.0` is not supported because:\n"
         "      requires device with capability <= (9, 0) but your GPU has capability (12, 0) (too new)\n"
     ),
+    # kube-scheduler's event for a pod whose memory request no node has free, as kubectl describe pod printed it
+    "k8s-memory": (
+        "  Warning  FailedScheduling  11s (x5 over 18s)  default-scheduler  0/5 nodes are available: 5 Insufficient "
+        "memory.\n"
+    ),
     # kube-scheduler's event for a GPU pod without a toleration
     "k8s-taint": (
         "  Warning  FailedScheduling  5m  default-scheduler  0/2 nodes available: 2 node(s) had untolerated taint "
@@ -142,6 +147,7 @@ ESTALE = "OSError: [Errno 116] Stale file handle: '/home/u/.triton/cache/5f/kern
         ("torch-shm-fds", "open-file-limit", "set_sharing_strategy('file_system')"),
         ("xformers-sm120", "xformers-no-kernel", "VLLM_ATTENTION_BACKEND"),
         ("k8s-taint", "k8s-no-gpu-advertised", "toleration"),
+        ("k8s-memory", "k8s-insufficient-resource", "requests of memory"),
         ("trt-version-tag", "tensorrt-engine-incompatible", "rebuild the engine"),
         ("ray-no-module", "package-missing", "every node"),
         ("device-handle", "gpu-device-handle-lost", "Above 4G Decoding"),
