@@ -14,6 +14,7 @@ from launcher.diagnose.lifecycle import (
     COLLECT_AFTER_CUT_TRACEBACK,
     COLLECT_AFTER_EARLY_END,
     COLLECT_AFTER_SILENT_DEATH,
+    COLLECT_WHILE_WAITING,
     SILENT_DEATH,
     STAGE_FIX,
     UMBRELLAS,
@@ -153,6 +154,7 @@ class Trace:
     loose: tuple[int, str, str | None] | None = None  # the first exception line outside any traceback, and its stage
     logged: tuple[int, str, str | None] | None = None  # the first line logged at an error level, and its stage
     advised: tuple[int, str, str | None] | None = None  # the first line that advises a knob, and its stage
+    waiting: tuple[int, str] | None = None  # the waiting line the log ends with, repeated: a hang
 
 
 def _root_finding(trace: Trace, before: int) -> Finding | None:
@@ -288,6 +290,10 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
         cut = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
         cut.groups = {"next_step": COLLECT_AFTER_CUT_TRACEBACK}
         found.append(cut)
+    elif trace.waiting and not any(f.severity == Severity.ERROR for f in found):
+        hang = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, [trace.waiting], origin=FALLBACK, stage=trace.stage)
+        hang.groups = {"next_step": COLLECT_WHILE_WAITING.format(waiting=trace.waiting[1])}
+        found.append(hang)
     elif trace.started and trace.serving is None and not any(f.severity == Severity.ERROR for f in found):
         early = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
         early.groups = {"next_step": COLLECT_AFTER_EARLY_END.format(stage=trace.stage or "starting")}

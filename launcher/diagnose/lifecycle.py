@@ -5,6 +5,7 @@ stopped on request. The markers are vLLM's and uvicorn's own words (0.26 and 0.3
 from __future__ import annotations
 
 import enum
+import re
 
 TRACEBACK = b"Traceback (most recent call last)"
 # A line saying the server or its engine died, whatever the reason.
@@ -107,4 +108,16 @@ COLLECT_AFTER_EARLY_END = (
     "the log ends while {stage} without an error: if vLLM is gone, something outside it stopped it (dmesg, the "
     "pod's events, the exit code); if it is still there, it hangs: py-spy dump --pid <engine core pid>, and "
     "NCCL_DEBUG=INFO for a multi-GPU start"
+)
+# A log that ends waiting for something that never came (a shard, a worker, a placement group, a server): the
+# same waiting line printed again and again at its end, and nothing after it.
+WAITING = re.compile(
+    r"(?i)\b(?:still )?waiting for (?!new requests)\S.{0,80}?(?:to (?:be )?(?:ready|start|become|connect|join|finish"
+    r"|come up|respond)|placement group|\.\.\.)"
+)
+WAITING_LINES = 3  # times the same waiting line closes a log before it reads as a hang
+COLLECT_WHILE_WAITING = (
+    "the log ends waiting ({waiting}) without an error, so it cannot say why: the process it waits for hangs or "
+    "died; collect py-spy dump --pid <that process's pid>, its own log, NCCL_DEBUG=INFO for a multi-GPU start, and "
+    "dmesg / the pod's events if it is gone"
 )

@@ -38,6 +38,7 @@ from launcher.diagnose.roots import (
     first_advice,
     line_before,
     stage_in,
+    waiting_at_end,
 )
 from launcher.diagnose.rules import Rule, Severity
 from launcher.diagnose.sites import SiteRules
@@ -77,6 +78,7 @@ class Matcher:
         self._loose: int | None = None  # where this feed's first exception line outside a traceback starts
         self._logged: int | None = None  # where this feed's first line logged at an error level starts
         self._tail: tuple[int, bytes] | None = None  # the log's last line, when no error-like word had it compared
+        self._end = b""  # the log's last few KB: how it ends
         self._engine = LogEngine()
 
     def _line_at(self, text: bytes, pos: int, lo: int, hi: int) -> tuple[int, int]:
@@ -237,6 +239,7 @@ class Matcher:
             said = message(text[at : end if end >= 0 else len(text)])
             self.trace.advised = (first_line + text.count(b"\n", 0, at), said, self.trace.stage)
         self._keep_tail(text, first_line)
+        self._end = (self._end + text[-4096:])[-4096:]
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
         self._open_line = bool(text) and not text.endswith(b"\n")
         return new
@@ -347,6 +350,8 @@ class Matcher:
     def report(self) -> list[Finding]:
         """Findings by severity, read as an operator would (findings.compose)."""
         self._read_tail()
+        waiting = waiting_at_end(self._end)
+        self.trace.waiting = (self.lines_seen, waiting) if waiting else None
         found = [f for f in self.findings.values() if f.count]
         for f in found:
             if f.site is None:

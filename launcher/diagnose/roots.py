@@ -94,3 +94,16 @@ def first_advice(text: bytes) -> int | None:
                 break
             pos = text.find(needle, end, first)
     return first
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def waiting_at_end(end: bytes) -> str | None:
+    """The waiting line a log ends with, repeated (`end`: the last few KB of the log): a hang, or a death of
+    what it waits for, that the log cannot explain."""
+    lines = [message(line) for line in end.splitlines()[-life.WAITING_LINES - 1 :] if line.strip()]
+    last = lines[-life.WAITING_LINES :]
+    if len(last) < life.WAITING_LINES or not all(life.WAITING.search(line) for line in last):
+        return None
+    return last[-1][:200] if len({_NUMBERS.sub("N", line) for line in last}) <= 2 else None

@@ -85,3 +85,23 @@ def test_an_umbrella_defers_to_the_specific_error_before_it() -> None:
     assert "root-error" not in found
     bug = found["code-bug"]
     assert "'tuple' object has no attribute 'ndim'" in str(bug["evidence"][0]), bug  # type: ignore[index]
+
+
+def test_a_log_that_ends_waiting_says_it_hangs_and_what_to_collect() -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/1838: TGI's shards never become ready
+    found = diagnose_text(excerpt("https://github.com/huggingface/text-generation-inference/issues/1838"))
+    assert [(f["id"], f["severity"]) for f in found] == [("not-enough-evidence", "warning")]
+    assert "py-spy dump" in str(found[0]["fix"]) and "Waiting for shard to be ready" in str(found[0]["fix"])
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "https://github.com/vllm-project/llm-compressor/pull/1560",  # "Waiting for init message from front-end." once
+        "https://github.com/vllm-project/vllm/issues/8803",  # an idle engine: "Waiting for new requests in engine loop"
+        "https://github.com/lemonade-sdk/vllm-rocm/issues/5",  # "Still waiting for vllm-server...", then it serves
+    ],
+    ids=["once", "idle", "then-serves"],
+)
+def test_a_benign_wait_is_no_hang(source: str) -> None:
+    assert "not-enough-evidence" not in [f["id"] for f in diagnose_text(excerpt(source))]
