@@ -183,6 +183,21 @@ def test_what_slows_or_refuses_requests_is_a_warning(text: str, rule: str, names
     assert_named(text, rule, names, "warning")
 
 
+def test_an_address_this_host_lacks_names_the_host_ip_variables() -> None:
+    # Python's OSError text for errno 99 (EADDRNOTAVAIL, os.strerror(99) on Linux); not a capture
+    assert_named("OSError: [Errno 99] Cannot assign requested address\n", "cannot-assign-address", "VLLM_HOST_IP")
+
+
+def test_torchs_ipv6_retry_warning_is_not_an_address_error() -> None:
+    # torch's c10d client retrying over IPv6 localhost while the store starts (socket.cpp's "[c10d] The client socket
+    # has failed to connect to [%s]:%d (errno: %d - %s)."): it goes on, so no error; built, not a capture
+    line = (
+        "[W socket.cpp:601] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99 - Cannot "
+        "assign requested address).\n"
+    )
+    assert not [f for f in diagnose_text(line) if f["severity"] == "error"]
+
+
 def test_a_missing_hub_revision_names_the_revision_flag() -> None:
     assert_named(REVISION, "hub-repo-not-found", "--revision")
 
