@@ -76,9 +76,22 @@ STAGE_MARKERS = (
     ),
     (
         Stage.PROFILING,
-        (b"Loading weights took", b"Model loading took", b"determine_available_memory", b"in profile_run"),
+        (
+            b"Loading weights took",
+            b"Model loading took",
+            b"determine_available_memory",
+            b"in profile_run",
+            # KV cache sizing (vLLM before the V1 engine: the blocks it found, the worker method that failed)
+            b"# GPU blocks",
+            b"in initialize_cache",
+            b"method initialize_cache",
+            b"determine_num_available_blocks",
+        ),
     ),
-    (Stage.CAPTURE, (b"Capturing CUDA graph", b"Capturing cudagraphs", b"in capture_model")),
+    (
+        Stage.CAPTURE,
+        (b"Capturing CUDA graph", b"Capturing cudagraphs", b"in capture_model", b"Capturing the model for CUDA graphs"),
+    ),
     (Stage.SERVING, (SERVING, b"in execute_model", b"in step_with_batch_queue")),
 )
 STAGE_FIX: dict[str | None, str] = {

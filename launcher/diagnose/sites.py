@@ -17,6 +17,11 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _stage_fixes(names: str | None) -> tuple[tuple[str, str], ...]:
+    """The fix in each stage, with what the message names after it."""
+    return tuple((k, f"{v}; {names}" if names else v) for k, v in STAGE_FIX.items() if k is not None)
+
+
 class SiteRules:
     def __init__(self, rules: list[Rule], index: TemplateIndex | None) -> None:
         self.keyed = [r for r in rules if r.sites]
@@ -81,8 +86,9 @@ class SiteRules:
         if not fix_parts and knobs:
             fix_parts.append("the knobs of the code that raised it: " + ", ".join(knobs))
         fix = "; ".join(fix_parts) or STAGE_FIX[None]
-        # without advice of its own, the stage the failure happened in says what to try
-        stage_fix = () if fix_parts else tuple((k, v) for k, v in STAGE_FIX.items() if k is not None)
+        # without advice of its own (names of code, "initialize_cache", are none), the stage says what to try
+        settable = clauses or any(n.startswith("--") or n.isupper() for n in named) or SUPPORT_GAP.search(said)
+        stage_fix = () if settable or (knobs and not named) else _stage_fixes(fix if fix_parts else None)
         kind = site.exception if verb == "raised" else f"{site.package} {site.level}"
         version = self.index.packages.get(site.package, "")
         severity = Severity.INFO if site.level != "error" or demoted else Severity.WARNING if loose else Severity.ERROR

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.diagnose.advice import advises, missing_packages, named_knobs
 from launcher.diagnose.findings import Finding
+from launcher.diagnose.index import load_index
 from launcher.diagnose.run import diagnose_blocks
 from tests.diagnose.test_generic_reading import excerpt
 
@@ -91,3 +92,26 @@ def test_a_line_that_says_what_is_wrong_and_what_to_change_is_a_warning(source: 
 )
 def test_advice_for_the_better_in_a_benign_log_is_no_finding(source: str) -> None:
     assert "message-advice" not in [f.rule.id for f in generic(source)]
+
+
+def test_kv_cache_sizing_before_the_v1_engine_is_the_profiling_stage() -> None:
+    # https://github.com/OpenRLHF/OpenRLHF/issues/336: vLLM 0.4's "# GPU blocks" line, then initialize_cache failed
+    stages = {f.stage for f in generic("https://github.com/OpenRLHF/OpenRLHF/issues/336")}
+    assert stages == {"memory profiling"}
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        # the raise site's message names code, not a knob: the stage's remedy stands with it
+        ("https://github.com/OpenRLHF/OpenRLHF/issues/336", "lower --max-model-len"),
+    ],
+    ids=["stage-remedy"],
+)
+def test_an_index_finding_carries_the_stage_and_the_advice_below(
+    source: str, names: str, request: pytest.FixtureRequest
+) -> None:
+    index = load_index(request.getfixturevalue("engine_python"))[0]
+    found, _ = diagnose_blocks([excerpt(source).encode()], rules=[], index=index)
+    fixes = [f.fix() for f in found if f.origin == "index"]
+    assert any(names in fix for fix in fixes), [(f.rule.id, f.fix()) for f in found]
