@@ -192,15 +192,17 @@ _LIST_ITEM = re.compile(r"^(?:\d{1,2}[.)]|[-*•])\s+")  # "1. Downgrade the pro
 ADVICE_LINES = 5  # lines after an error read for the advice printed under it
 
 
-def advice_after(text: bytes, start: int) -> list[str]:
+def advice_after(text: bytes, start: int, end: int | None = None) -> list[str]:
     """The advising lines among the few that follow an error ("For debugging consider passing
-    CUDA_LAUNCH_BLOCKING=1", a list of workarounds), up to the next record or a line logged as INFO/DEBUG."""
+    CUDA_LAUNCH_BLOCKING=1", a list of workarounds), up to the next record or a line logged as INFO/DEBUG (and no
+    further than `end`)."""
     found: list[str] = []
+    end = len(text) if end is None else end
     for _ in range(ADVICE_LINES):
-        if start >= len(text):
+        if start >= end:
             break
-        stop = text.find(b"\n", start)
-        stop = len(text) if stop < 0 else stop
+        stop = text.find(b"\n", start, end)
+        stop = end if stop < 0 else stop
         raw = text[start:stop]
         start = stop + 1
         line = message(raw)

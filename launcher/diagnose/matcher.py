@@ -19,6 +19,7 @@ from launcher.diagnose.literals import NON_WORD
 from launcher.diagnose.logtext import (
     MAX_LINE_TEXT,
     LogEngine,
+    advice_after,
     continued,
     evidence,
     frames,
@@ -175,16 +176,18 @@ class Matcher:
             if rule_id is not None:
                 self._sites.attach(rule_id, found[0])
                 continue
-            rule = self._index_rule(raw, *found)
+            rule = self._index_rule(raw, *found, after=advice_after(text, line_end + 1, stop))
             hits.setdefault(rule.id, (rule, set(), {}))[1].add(line_start)
 
-    def _index_rule(self, raw: bytes, template: int, specific: bool) -> Rule:
+    def _index_rule(self, raw: bytes, template: int, specific: bool, after: list[str] | None = None) -> Rule:
         """The rule for a line the index matched and no curated pattern did: a loose match (a short or generic
-        template, or a line that reads as benign) is an error only when the line itself shows a failure."""
+        template, or a line that reads as benign) is an error only when the line itself shows a failure. The
+        advice printed under the line (`after`) is the message's too."""
         assert self.index is not None
         said, logged = message(raw), level(raw)
         loose = not shows_failure(said, logged) and (not specific or looks_benign(said, logged))
-        return self._sites.rule_for(template, said, logged, self.index.foreign(template, self._engine.name), loose)
+        foreign = self.index.foreign(template, self._engine.name)
+        return self._sites.rule_for(template, " ".join([said, *(after or [])]), logged, foreign, loose)
 
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded

@@ -105,8 +105,10 @@ def test_kv_cache_sizing_before_the_v1_engine_is_the_profiling_stage() -> None:
     [
         # the raise site's message names code, not a knob: the stage's remedy stands with it
         ("https://github.com/OpenRLHF/OpenRLHF/issues/336", "lower --max-model-len"),
+        # Triton's assertion, and its advice on the next line
+        ("https://github.com/triton-lang/triton/pull/2883", "Please create a symlink of libcuda.so"),
     ],
-    ids=["stage-remedy"],
+    ids=["stage-remedy", "advice-below"],
 )
 def test_an_index_finding_carries_the_stage_and_the_advice_below(
     source: str, names: str, request: pytest.FixtureRequest
