@@ -272,11 +272,14 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
     else:
         root = _root_finding(trace, stop if stop is not None else 1 << 62)
         # a root line a specific finding already names (a refused request, a warning) needs no second word; nor
-        # does a line a catch-all names, when nothing shows a failure beyond it (the root is only a warning)
+        # does a line a catch-all names, when nothing shows a failure beyond it (the root is only a warning), nor
+        # a line the index matched, when the root says no more of it than "the root error"
+        plain = root is not None and root.rule is ROOT_CAUSE
         named = {
             n
             for f in found
-            if f.severity != Severity.INFO and not (f.rule.generic and root and root.severity == Severity.ERROR)
+            if f.severity != Severity.INFO
+            and not (f.rule.generic and root and root.severity == Severity.ERROR and not (plain and f.origin == INDEX))
             for n, _ in f.evidence
         }
         if root and root.first_line not in named:

@@ -187,7 +187,9 @@ class Matcher:
         said, logged = message(raw), level(raw)
         loose = not shows_failure(said, logged) and (not specific or looks_benign(said, logged))
         foreign = self.index.foreign(template, self._engine.name)
-        return self._sites.rule_for(template, " ".join([said, *(after or [])]), logged, foreign, loose)
+        # a short template, or an umbrella ("Engine core initialization failed"), gives way to the root error
+        vague = not specific or any(u in said for u in life.UMBRELLAS)
+        return self._sites.rule_for(template, " ".join([said, *(after or [])]), logged, foreign, loose, vague)
 
     def feed(self, text: bytes) -> list[Finding]:
         """Scan whole lines of a log (bytes: searching them is several times faster than searching decoded

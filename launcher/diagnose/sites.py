@@ -27,7 +27,7 @@ class SiteRules:
         self.keyed = [r for r in rules if r.sites]
         self.index = index
         self._site_by_rule: dict[str, Site] = {}
-        self._made: dict[tuple[int, bool, bool, bool], Rule] = {}
+        self._made: dict[tuple[int, bool, bool, bool, bool], Rule] = {}
 
     def attach(self, rule_id: str, template: int) -> None:
         """The raise site of a line a curated rule's pattern matched: the rule keeps its fix, the finding gains
@@ -46,7 +46,9 @@ class SiteRules:
                     return rule
         return None
 
-    def rule_for(self, template: int, said: str, logged: str | None, lead: bool = False, loose: bool = False) -> Rule:
+    def rule_for(
+        self, template: int, said: str, logged: str | None, lead: bool = False, loose: bool = False, vague: bool = False
+    ) -> Rule:
         """The rule for a line that matched template but no curated pattern. `said` is the message as logged:
         its values make the advice concrete; `logged` is the level the line was logged at (a message an error
         template describes, logged as a warning, was not fatal there). A lead (another engine's message, in a log
@@ -59,13 +61,13 @@ class SiteRules:
                 self.attach(rule.id, template)
                 return rule
         demoted = logged in ("WARNING", "WARN") and site.level == "error"
-        key = (template, demoted, lead, loose)
+        key = (template, demoted, lead, loose, vague)
         if key not in self._made:
-            self._made[key] = self._make(site, said, demoted, lead, loose)
+            self._made[key] = self._make(site, said, demoted, lead, loose, vague)
             self._site_by_rule[self._made[key].id] = site
         return self._made[key]
 
-    def _make(self, site: Site, said: str, demoted: bool, lead: bool, loose: bool) -> Rule:
+    def _make(self, site: Site, said: str, demoted: bool, lead: bool, loose: bool, vague: bool) -> Rule:
         assert self.index is not None
         clauses, named = self.index.advice(said, site.guard)
         knobs = [self.index.flag_of(k) for k in site.knobs]
@@ -102,5 +104,7 @@ class SiteRules:
             source=f"message index: {site.package} {version}".strip(),
             stage_fix=stage_fix,
             # logger.exception logs while an exception is handled: the traceback under it names the cause
-            generic=site.exception == "logger.exception" or lead,
+            # a vague match (a short template: "… has no attribute `…`", "No such file or directory: '…'") may
+            # be another code's message: it gives way to the log's own root error, as a catch-all does
+            generic=site.exception == "logger.exception" or lead or vague,
         )

@@ -11,6 +11,7 @@ from launcher.diagnose.findings import Finding
 from launcher.diagnose.index import load_index
 from launcher.diagnose.run import diagnose_blocks
 from tests.diagnose.test_generic_reading import excerpt
+from tests.diagnose.texts import knowledge_base
 
 
 def generic(source: str) -> list[Finding]:
@@ -117,3 +118,13 @@ def test_an_index_finding_carries_the_stage_and_the_advice_below(
     found, _ = diagnose_blocks([excerpt(source).encode()], rules=[], index=index)
     fixes = [f.fix() for f in found if f.origin == "index"]
     assert any(names in fix for fix in fixes), [(f.rule.id, f.fix()) for f in found]
+
+
+def test_a_vague_index_match_gives_way_to_the_root_error(request: pytest.FixtureRequest) -> None:
+    # https://github.com/QwenLM/Qwen2.5-Omni/issues/340: "AttributeError: 'tuple' object has no attribute 'ndim'"
+    # matches torch's short template "… has no attribute `…`" of an unrelated function; the log's own root error
+    # (a programming error) must still be said
+    index = load_index(request.getfixturevalue("engine_python"))[0]
+    source = "https://github.com/QwenLM/Qwen2.5-Omni/issues/340"
+    found, _ = diagnose_blocks([excerpt(source).encode()], rules=knowledge_base(), index=index)
+    assert "code-bug" in [f.rule.id for f in found], [(f.rule.id, f.fix()) for f in found]
