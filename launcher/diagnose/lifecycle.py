@@ -81,10 +81,8 @@ STAGE_MARKERS = (
             b"Model loading took",
             b"determine_available_memory",
             b"in profile_run",
-            # KV cache sizing (vLLM before the V1 engine: the blocks it found, the worker method that failed)
+            # KV cache sizing before the V1 engine: the blocks it found, the function that sizes them
             b"# GPU blocks",
-            b"in initialize_cache",
-            b"method initialize_cache",
             b"determine_num_available_blocks",
         ),
     ),

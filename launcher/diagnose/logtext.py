@@ -197,7 +197,8 @@ def advice_after(text: bytes, start: int, end: int | None = None) -> list[str]:
     CUDA_LAUNCH_BLOCKING=1", a list of workarounds), up to the next record or a line logged as INFO/DEBUG (and no
     further than `end`)."""
     found: list[str] = []
-    end = len(text) if end is None else end
+    # (a few KB on: in a log without newlines, a "line" would be the rest of the block)
+    end = min(len(text) if end is None else end, start + ADVICE_LINES * MAX_LINE_TEXT)
     for _ in range(ADVICE_LINES):
         if start >= end:
             break

@@ -239,7 +239,9 @@ class Matcher:
                 said = continued(message(text[at:end]), text, end)[:MAX_ROOT_TEXT]
                 setattr(self.trace, kept, (first_line + text.count(b"\n", 0, at), said, self.trace.stage))
         self._loose = self._logged = None
-        if self.trace.advised is None and (at := first_advice(text)) is not None:
+        # (a line that only advises stands in for a root error only where the log shows none: not read once it has)
+        shown = self.trace.roots or self.trace.fatal or self.trace.loose or self.trace.logged or self.trace.advised
+        if not shown and (at := first_advice(text)) is not None:
             end = text.find(b"\n", at)
             said = message(text[at : end if end >= 0 else len(text)])
             self.trace.advised = (first_line + text.count(b"\n", 0, at), said, self.trace.stage)

@@ -55,17 +55,7 @@ def exception_after(text: bytes, start: int, max_lines: int) -> tuple[int, str] 
 
 # words of a line that advises without an error word in it ("Not enough memory. Please try to increase
 # --mem-fraction-static"), or pip's resolver naming the version it wants
-ADVISING = (
-    b"lease ",
-    b"Try ",
-    b"onsider",
-    b"may help",
-    b"ou can ",
-    b"ou should",
-    b"ou may ",
-    b"ou need",
-    b"but you have",
-)
+ADVISING = (b"lease ", b"Try ", b"onsider", b"may help", b"ou should", b"but you have")
 MAX_ADVICE_LINES = 200  # lines read for advice per block: past that, a block is one note repeated
 # ... and says what is wrong: advice for the better (a deprecation, a faster setting) is no problem to report
 _PROBLEM = re.compile(
@@ -82,9 +72,10 @@ def first_advice(text: bytes) -> int | None:
         pos = text.find(needle, 0, first)
         while pos >= 0 and read < MAX_ADVICE_LINES:
             read += 1
-            start = text.rfind(b"\n", 0, pos) + 1
-            end = text.find(b"\n", pos)
-            end = len(text) if end < 0 else end
+            # (looked for no further than a line's text either side: a log without newlines is one long "line")
+            start = text.rfind(b"\n", max(0, pos - MAX_LINE_TEXT), pos) + 1 or max(0, pos - MAX_LINE_TEXT)
+            end = text.find(b"\n", pos, pos + MAX_LINE_TEXT)
+            end = min(len(text), pos + MAX_LINE_TEXT) if end < 0 else end
             raw = text[start : min(end, start + MAX_LINE_TEXT)]
             said = message(raw)
             quiet = is_ordinary(raw) or level(raw) in ("INFO", "DEBUG")
