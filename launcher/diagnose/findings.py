@@ -11,6 +11,7 @@ from typing import Any
 
 from launcher.diagnose.advice import SUPPORT_GAP, message_advice, missing_packages, named_knobs
 from launcher.diagnose.lifecycle import (
+    COLLECT_AFTER_CRASH,
     COLLECT_AFTER_CUT_TRACEBACK,
     COLLECT_AFTER_EARLY_END,
     COLLECT_AFTER_SILENT_DEATH,
@@ -138,6 +139,13 @@ STOPPED = _rule(
     "nothing to do",
 )
 REQUEST_REJECTED = "A request was refused; the server kept serving"
+REFUSED = _rule(
+    "request-refused",
+    Severity.WARNING,
+    REQUEST_REJECTED,
+    "the server answered a request with an error status and went on serving; an access line does not say why",
+    "{next_step}",
+)
 
 
 @dataclass
@@ -155,6 +163,8 @@ class Trace:
     logged: tuple[int, str, str | None] | None = None  # the first line logged at an error level, and its stage
     advised: tuple[int, str, str | None] | None = None  # the first line that advises a knob, and its stage
     waiting: tuple[int, str] | None = None  # the waiting line the log ends with, repeated: a hang
+    crashed: tuple[int, str] | None = None  # the first line saying the server's container crashed
+    refused: tuple[int, str, str] | None = None  # the first request answered with an error status, what to read
 
 
 def _root_finding(trace: Trace, before: int) -> Finding | None:
@@ -248,6 +258,12 @@ def _only_warned(finding: Finding) -> bool:
     return bool(levels) and levels <= {"WARNING", "WARN"}
 
 
+def _names_failure(finding: Finding) -> bool:
+    """A finding that already says what went wrong: an error, or a specific rule's warning."""
+    specific = not finding.rule.generic and finding.origin != FALLBACK
+    return finding.severity == Severity.ERROR or (finding.severity == Severity.WARNING and specific)
+
+
 def compose(found: list[Finding], trace: Trace) -> list[Finding]:
     """The report: findings by severity, then line. Catch-alls give way to a specific error; what follows a stop
     someone asked for is the stop; when nothing names the failure, the root error and its stage (or what to
@@ -284,11 +300,19 @@ def compose(found: list[Finding], trace: Trace) -> list[Finding]:
         }
         if root and root.first_line not in named:
             found.append(root)
+    if trace.refused and trace.fatal is None and not trace.stop and not any(_names_failure(f) for f in found):
+        refused = Finding(REFUSED, Severity.WARNING, 1, [trace.refused[:2]], origin=FALLBACK, stage=trace.stage)
+        refused.groups = {"next_step": trace.refused[2]}
+        found.append(refused)
     if trace.stop:
         stopped = Finding(STOPPED, Severity.INFO, 1, [trace.stop], origin=FALLBACK)
         later = [f.evidence[0] for f in after_stop] + [r[:2] for r in trace.roots if r[0] > trace.stop[0]]
         stopped.evidence += sorted(later)[:2]
         found.append(stopped)
+    elif trace.crashed and not any(f.severity == Severity.ERROR for f in found):
+        crashed = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, [trace.crashed], origin=FALLBACK, stage=trace.stage)
+        crashed.groups = {"next_step": COLLECT_AFTER_CRASH}
+        found.append(crashed)
     elif trace.tracebacks and not trace.roots and not any(f.severity == Severity.ERROR for f in found):
         cut = Finding(NOT_ENOUGH_EVIDENCE, Severity.WARNING, 1, origin=FALLBACK, stage=trace.stage)
         cut.groups = {"next_step": COLLECT_AFTER_CUT_TRACEBACK}

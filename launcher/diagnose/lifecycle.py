@@ -120,6 +120,15 @@ COLLECT_AFTER_EARLY_END = (
     "pod's events, the exit code); if it is still there, it hangs: py-spy dump --pid <engine core pid>, and "
     "NCCL_DEBUG=INFO for a multi-GPU start"
 )
+# A container orchestrator saying the server's container crashed: its own error is in the previous container's log
+CRASHED = (b"Crashed container", b"CrashLoopBackOff", b"Back-off restarting failed container")
+COLLECT_AFTER_CRASH = (
+    "the container crashed and this log does not hold its error: collect the crashed container's own log "
+    "(kubectl logs <pod> --previous; docker logs <container>) and its last state (kubectl describe pod <pod>: "
+    "Last State, Reason, Exit Code: OOMKilled or 137 is memory, 1 an error its log names, and the events: a "
+    "failed liveness or startup probe restarts a server still loading: raise its initialDelaySeconds or "
+    "failureThreshold)"
+)
 # A log that ends waiting for something that never came (a shard, a worker, a placement group, a server): the
 # same waiting line printed again and again at its end, and nothing after it.
 WAITING = re.compile(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from launcher.diagnose import lifecycle as life
+from launcher.diagnose.access import refused_at
 from launcher.diagnose.advice import message_advice, misspelt
 from launcher.diagnose.findings import CURATED, INDEX, MAX_EVIDENCE, Finding, Trace, compose
 from launcher.diagnose.literals import NON_WORD
@@ -245,6 +246,11 @@ class Matcher:
             end = text.find(b"\n", at)
             said = message(text[at : end if end >= 0 else len(text)])
             self.trace.advised = (first_line + text.count(b"\n", 0, at), said, self.trace.stage)
+        if self.trace.refused is None and (refused := refused_at(text)) is not None:
+            at, next_step = refused
+            end = text.find(b"\n", at)
+            access = evidence(text[at : end if end >= 0 else len(text)])
+            self.trace.refused = (first_line + text.count(b"\n", 0, at), access, next_step)
         self._keep_tail(text, first_line)
         self._end = (self._end + text[-4096:])[-4096:]
         self.lines_seen = first_line - 1 + text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
@@ -339,6 +345,8 @@ class Matcher:
                 trace.fatal = (*whole_line(pos), self._stage_at(stages, pos))
             elif member.kind == "stop" and trace.stop is None:
                 trace.stop = whole_line(pos)
+            elif member.kind == "crashed" and trace.crashed is None:
+                trace.crashed = whole_line(pos)
             elif member.kind == "start":
                 trace.started = True
             elif member.kind == "stage" and member.literal == life.SERVING and trace.serving is None:

@@ -30,7 +30,7 @@ class Member:
     pattern: re.Pattern[bytes] | None  # None: the literal alone is the match
     rule: Rule | None = None
     stage: str | None = None
-    kind: str = "rule"  # rule | stage | fatal | stop | start | traceback
+    kind: str = "rule"  # rule | stage | fatal | stop | start | crashed | traceback
 
 
 def members(rules: list[Rule]) -> dict[bytes, list[Member]]:
@@ -43,7 +43,7 @@ def members(rules: list[Rule]) -> dict[bytes, list[Member]]:
             by_word.setdefault(rarest(anchor_words(p)), []).append(member)
     markers: list[tuple[bytes, str | None, str]] = [(life.TRACEBACK, None, "traceback")]
     markers += [(m, None, "fatal") for m in life.FATAL] + [(m, None, "stop") for m in life.STOP]
-    markers += [(m, None, "start") for m in life.STARTED]
+    markers += [(m, None, "start") for m in life.STARTED] + [(m, None, "crashed") for m in life.CRASHED]
     markers += [(m, stage, "stage") for stage, ms in life.STAGE_MARKERS for m in ms]
     for marker, stage, kind in markers:
         by_word.setdefault(rarest(anchor_words(marker_pattern(marker))), []).append(
