@@ -125,3 +125,18 @@ def test_a_kernel_fallback_is_no_error() -> None:
     """The server goes on with a slower path: a warning, never an error, however the log reads after it."""
     line = CASES[-1][1] + "\nlmdeploy - INFO - Loading model weights\n"
     assert not [f for f in diagnose_text(line) if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # not a capture: TGI router/src/validation.rs, ValidationError::MaxTotalTokens (TGI 2.x)
+        "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and "
+        "200 `max_new_tokens`",
+        # not a capture: TGI router/src/validation.rs, ValidationError::InputLength (TGI 2.x)
+        "Input validation error: `inputs` must have less than 1024 tokens. Given: 1500",
+    ],
+)
+def test_tgi_refusing_a_long_request_names_its_limits(line: str) -> None:
+    """The class of vllm#1351 (fresh-2026-12-03f: a request over the context) in TGI's words."""
+    assert_named(line, "request-exceeds-context", "--max-total-tokens", "warning")
